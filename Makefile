@@ -1,0 +1,40 @@
+PYTHON ?= python3
+PYTEST_ARGS ?=
+
+.PHONY: env-t4 env-t5 test test-t4 test-t5 test-all demo clean
+
+env-t4: .venv-t4/.done
+env-t5: .venv-t5/.done
+
+.venv-t4/.done: .ci/t4.txt pyproject.toml
+	$(PYTHON) -m venv .venv-t4
+	.venv-t4/bin/pip install -q -r .ci/t4.txt
+	.venv-t4/bin/pip install -q --no-deps -e .
+	.venv-t4/bin/pip check
+	touch $@
+
+.venv-t5/.done: .ci/t5.txt pyproject.toml
+	$(PYTHON) -m venv .venv-t5
+	.venv-t5/bin/pip install -q -r .ci/t5.txt
+	.venv-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
+	.venv-t5/bin/pip install -q --no-deps -e .
+	touch $@
+
+test-t4: env-t4
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m pytest $(PYTEST_ARGS) tests
+
+test-t5: env-t5
+	HF_HUB_OFFLINE=1 .venv-t5/bin/python -m pytest $(PYTEST_ARGS) tests
+
+test: env-t4 env-t5
+	$(MAKE) test-t4
+	$(MAKE) test-t5
+
+test-all:
+	$(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS) --runslow"
+
+demo: env-t4
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m optimum_dynamo.demo
+
+clean:
+	rm -rf .venv-t4 .venv-t5 build *.egg-info

@@ -1,0 +1,12 @@
+"""Runtime bridges that let optimum-onnx 0.1.0 work on transformers 5 and fix its runtime bugs.
+
+Call `install()` before importing optimum.exporters.onnx or optimum.onnxruntime.
+"""
+
+from . import ort_runtime, transformers5
+
+
+def install() -> None:
+    """Apply every shim and patch (idempotent; imports nothing heavy)."""
+    transformers5.install()
+    ort_runtime.install()

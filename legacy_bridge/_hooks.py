@@ -1,0 +1,52 @@
+"""Run a callback right after a module is first imported (or now, if it already is).
+
+Lets `install()` stay cheap: nothing heavy is imported until optimum or transformers import it themselves.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+_pending: dict[str, list[Callable]] = {}
+
+
+class _AfterImport:
+    """A meta-path finder that finds nothing itself: it wraps the real loader of a watched module."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in _pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def run(module):
+            exec_module(module)
+            for callback in _pending.pop(name, ()):
+                callback(module)
+
+        loader.exec_module = run  # the loader instance belongs to this spec only
+        return spec
+
+
+_FINDER = _AfterImport()
+
+
+def when_imported(name: str, callback: Callable) -> None:
+    """Call `callback(module)` once `name` is imported: now if it already is, else right after its import."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    _pending.setdefault(name, []).append(callback)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)

@@ -1,0 +1,17 @@
+"""Generation capture: observe forward calls, infer export arguments and dynamic shapes."""
+
+from .drivers import drive_text_generation, text_samples
+from .infer import CaptureError, ExportArguments, infer_arguments
+from .observer import Call, InputObserver, observe, snapshot
+
+__all__ = [
+    "Call",
+    "CaptureError",
+    "ExportArguments",
+    "InputObserver",
+    "drive_text_generation",
+    "infer_arguments",
+    "observe",
+    "snapshot",
+    "text_samples",
+]

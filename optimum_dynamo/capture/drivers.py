@@ -1,0 +1,70 @@
+"""Run a model the way users run it, so the observer sees every kind of call.
+
+Text generation: two `generate` runs of different batch and length, one row left-padded (so the
+attention mask is kept). The second reuses the cache of a prompt prefix (prefix caching), which
+gives a call where new tokens, past length and batch are all >= 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_TEXTS = [
+    ["hello world", "the quick brown fox jumps over the lazy dog"],
+    ["a tiny model speaks", "optimum exports models to onnx for fast inference", "hello world from the exporter"],
+]
+_PREFIX = 2  # prompt tokens whose cache the second run reuses
+_NEW_TOKENS = 3
+
+
+@dataclass
+class Sample:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+
+def _random_sample(batch: int, length: int, vocab: int, pad: int, seed: int) -> Sample:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    ids[batch - 1, : length // 2], mask[batch - 1, : length // 2] = pad, 0  # one left-padded row
+    return Sample(ids, mask)
+
+
+def text_samples(tokenizer, vocab_size: int, pad_token_id: int) -> list[Sample]:
+    """Two batches (2 x short, 3 x longer), each with a left-padded row; random ids without a tokenizer."""
+    if tokenizer is not None:
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+        samples = [Sample(**{k: v for k, v in tokenizer(t, return_tensors="pt", padding=True).items()
+                             if k in ("input_ids", "attention_mask")}) for t in _TEXTS]
+        lengths = [s.input_ids.shape[1] for s in samples]
+        padded = all((s.attention_mask == 0).any() for s in samples)
+        if padded and lengths[0] >= 2 and lengths[1] >= _PREFIX + 2 and lengths[0] != lengths[1] and (
+            max(int(s.input_ids.max()) for s in samples) < vocab_size
+        ):
+            return samples
+    return [_random_sample(2, 5, vocab_size, pad_token_id, 0), _random_sample(3, 8, vocab_size, pad_token_id, 1)]
+
+
+@torch.no_grad()
+def drive_text_generation(model, tokenizer=None) -> None:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    pad = model.generation_config.pad_token_id
+    pad = pad if pad is not None else (config.pad_token_id if config.pad_token_id is not None else 0)
+    pad = pad[0] if isinstance(pad, list) else pad
+    first, second = text_samples(tokenizer, config.vocab_size, pad)
+    options = dict(do_sample=False, max_new_tokens=_NEW_TOKENS, min_new_tokens=_NEW_TOKENS, pad_token_id=pad)
+    model.generate(input_ids=first.input_ids, attention_mask=first.attention_mask, **options)
+    prefix = model(
+        input_ids=second.input_ids[:, :_PREFIX], attention_mask=second.attention_mask[:, :_PREFIX], use_cache=True
+    )
+    model.generate(
+        input_ids=second.input_ids,
+        attention_mask=second.attention_mask,
+        past_key_values=prefix.past_key_values,
+        **options,
+    )

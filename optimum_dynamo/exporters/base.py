@@ -1,0 +1,155 @@
+"""Staged exporters. A stage is a method decorated with `@stage("label")`; stages run in the order
+they are defined, base class first. The stages shared by every backend live here:
+
+    load -> capture -> infer arguments -> torch.export
+
+Backends (ONNX, .pt2, ExecuTorch) add their own stages after these. Files are written to a
+staging directory beside the output and moved in place only when every stage has passed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import flatten, patches
+from ..capture import CaptureError, InputObserver, infer_arguments
+from ..errors import ExportError
+from ..tasks import Task, resolve_task
+
+logger = logging.getLogger("optimum_dynamo")
+
+
+def stage(label: str):
+    def decorator(fn):
+        fn._stage_label = label
+        return fn
+
+    return decorator
+
+
+@dataclass
+class ExportContext:
+    model_id: str
+    output: Path
+    task_name: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    task: Task | None = None
+    config: Any = None
+    model: Any = None
+    tokenizer: Any = None
+    observer: InputObserver | None = None
+    arguments: Any = None
+    program: torch.export.ExportedProgram | None = None
+    staging: Path | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Exporter:
+    backend = "base"
+
+    @classmethod
+    def stages(cls) -> list[tuple[str, str]]:
+        """(label, method name) in run order."""
+        found: list[tuple[str, str]] = []
+        for klass in reversed(cls.__mro__):
+            for name, fn in vars(klass).items():
+                if hasattr(fn, "_stage_label") and all(n != name for _, n in found):
+                    found.append((fn._stage_label, name))
+        return found
+
+    def run(self, ctx: ExportContext) -> ExportContext:
+        stages = self.stages()
+        created = not ctx.output.exists()
+        ctx.output.parent.mkdir(parents=True, exist_ok=True)
+        ctx.staging = Path(tempfile.mkdtemp(prefix=".optimum-dynamo-", dir=ctx.output.parent))
+        try:
+            with flatten.registered():  # export, decomposition and validation all walk cache pytrees
+                self._run_stages(ctx, stages)
+            ctx.output.mkdir(exist_ok=True)
+            for item in ctx.staging.iterdir():
+                target = ctx.output / item.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                item.replace(target)
+        except BaseException:
+            if created and ctx.output.exists():
+                shutil.rmtree(ctx.output)
+            raise
+        finally:
+            shutil.rmtree(ctx.staging, ignore_errors=True)
+        return ctx
+
+    def _run_stages(self, ctx: ExportContext, stages) -> None:
+        for i, (label, name) in enumerate(stages, 1):
+            start = time.perf_counter()
+            logger.info("[%d/%d] %s", i, len(stages), label)
+            getattr(self, name)(ctx)
+            ctx.timings[label] = round(time.perf_counter() - start, 3)
+
+    # ── Stage: load ──
+    @stage("load model")
+    def load(self, ctx: ExportContext) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        path = Path(ctx.model_id)
+        if not path.is_dir() and (path.is_absolute() or ctx.model_id.startswith(".") or path.exists()):
+            raise ExportError(f"model directory not found: {ctx.model_id}")
+        kwargs = {"trust_remote_code": ctx.options.get("trust_remote_code", False)}
+        try:
+            ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
+        except (OSError, ValueError) as e:
+            raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0]}") from e
+        ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
+        auto_class = _tasks_auto_class(ctx.task.base)
+        ctx.model = auto_class.from_pretrained(ctx.model_id, config=ctx.config, **kwargs).eval()
+        try:
+            ctx.tokenizer = AutoTokenizer.from_pretrained(ctx.model_id, **kwargs)
+        except Exception:  # a checkpoint without a tokenizer: samples are synthesized
+            ctx.tokenizer = None
+
+    # ── Stage: capture ──
+    @stage("capture generation")
+    def capture(self, ctx: ExportContext) -> None:
+        with InputObserver(ctx.model, "model") as obs:
+            ctx.task.spec.driver(ctx.model, ctx.tokenizer)
+        ctx.observer = obs
+        logger.info("    %s", obs.summary())
+
+    # ── Stage: infer ──
+    @stage("infer inputs and dynamic shapes")
+    def infer(self, ctx: ExportContext) -> None:
+        wanted = set(ctx.task.runtime_inputs())
+        forward = inspect.signature(ctx.model.forward).parameters
+        inputs = [name for name in forward if name in wanted]
+        constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
+        constants = {k: v for k, v in constants.items() if k in forward}
+        try:
+            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants)
+        except CaptureError as e:
+            raise ExportError(str(e)) from e
+
+    # ── Stage: torch.export ──
+    @stage("torch.export")
+    def export_program(self, ctx: ExportContext) -> None:
+        args = ctx.arguments
+        with patches.applied(), torch.no_grad():
+            with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+                ctx.program = torch.export.export(
+                    ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
+                )
+
+
+def _tasks_auto_class(base_task: str):
+    from optimum.exporters.tasks import TasksManager
+
+    return TasksManager.get_model_class_for_task(base_task, library="transformers")

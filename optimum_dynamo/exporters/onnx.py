@@ -1,0 +1,123 @@
+"""ONNX backend: torch.export program -> ONNX with optimum's names, in optimum's layout.
+
+Stages after the shared ones: translate -> name inputs/outputs -> optimize -> save ->
+copy configs -> validate -> manifest.
+"""
+
+from __future__ import annotations
+
+import re
+
+import onnx_ir as ir
+import torch
+
+from ..errors import ExportError
+from ..flatten import flat_outputs
+from ..manifest import write_manifest
+from ..validate import as_dicts, compare, table
+from .base import ExportContext, Exporter, logger, stage
+
+ONNX_FILE = "model.onnx"
+ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+
+
+def rename_io(model: ir.Model, input_names, axis_names, output_names) -> None:
+    """Set optimum's input/output names and name every dynamic axis."""
+    graph = model.graph
+    if len(graph.inputs) != len(input_names) or len(graph.outputs) != len(output_names):
+        raise ExportError(
+            f"graph has {len(graph.inputs)} inputs / {len(graph.outputs)} outputs, "
+            f"expected {len(input_names)} / {len(output_names)}"
+        )
+    symbols: dict[str, str] = {}
+    for value, name in zip(graph.inputs, input_names):
+        value.name = name
+        dims = list(value.shape)
+        for axis, label in axis_names.get(name, {}).items():
+            if isinstance(dims[axis], ir.SymbolicDim) and dims[axis].value:
+                symbols.setdefault(dims[axis].value, label)
+            dims[axis] = ir.SymbolicDim(label)
+        value.shape = ir.Shape(dims)
+
+    def rename(dim):
+        if not isinstance(dim, ir.SymbolicDim) or not dim.value:
+            return dim
+        tokens = _SYMBOL.findall(dim.value)
+        if tokens and all(t in symbols for t in tokens):
+            return ir.SymbolicDim(_SYMBOL.sub(lambda m: symbols[m.group(0)], dim.value))
+        return dim
+
+    for value, name in zip(graph.outputs, output_names):
+        value.name = name
+        if value.shape is not None:
+            value.shape = ir.Shape([rename(d) for d in value.shape])
+
+
+class OnnxExporter(Exporter):
+    backend = "onnx"
+
+    @stage("translate to ONNX")
+    def translate(self, ctx: ExportContext) -> None:
+        opset = ctx.options.get("opset")
+        ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset)
+
+    @stage("name inputs and outputs")
+    def name_io(self, ctx: ExportContext) -> None:
+        sample = ctx.observer.calls[ctx.arguments.sample_call]
+        ctx.output_names = list(flat_outputs(sample.outputs))
+        rename_io(ctx.onnx_program.model, ctx.arguments.input_names, ctx.arguments.axis_names, ctx.output_names)
+
+    @stage("optimize")
+    def optimize(self, ctx: ExportContext) -> None:
+        if ctx.options.get("optimize", True):
+            ctx.onnx_program.optimize()
+
+    @stage("save")
+    def save(self, ctx: ExportContext) -> None:
+        ir.save(ctx.onnx_program.model, ctx.staging / ONNX_FILE, external_data=ONNX_DATA)
+
+    @stage("copy configs and tokenizer")
+    def copy_files(self, ctx: ExportContext) -> None:
+        ctx.model.config.save_pretrained(ctx.staging)
+        if getattr(ctx.model, "generation_config", None) is not None and ctx.model.can_generate():
+            ctx.model.generation_config.save_pretrained(ctx.staging)
+        if ctx.tokenizer is not None:
+            ctx.tokenizer.save_pretrained(ctx.staging)
+
+    @stage("validate with onnxruntime")
+    def validate(self, ctx: ExportContext) -> None:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(ctx.staging / ONNX_FILE), providers=["CPUExecutionProvider"])
+        ctx.discrepancies = compare(session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.model)
+        logger.info("    onnxruntime vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
+        atol = ctx.options.get("atol")
+        worst = max(ctx.discrepancies, key=lambda r: r.max_abs, default=None)
+        if atol is not None and worst is not None and worst.max_abs > atol:
+            raise ExportError(
+                f"output {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} > atol {atol:g} "
+                f"(call {worst.worst_call})"
+            )
+
+    @stage("write manifest")
+    def manifest(self, ctx: ExportContext) -> None:
+        write_manifest(
+            ctx,
+            backend=self.backend,
+            files=[ONNX_FILE, ONNX_DATA],
+            inputs=ctx.arguments.input_names,
+            outputs=ctx.output_names,
+            discrepancies=as_dicts(ctx.discrepancies),
+        )
+
+
+def export_onnx(model_id: str, output, task: str | None = None, **options) -> ExportContext:
+    """Export `model_id` (hub id or local dir) to `output` with the dynamo path."""
+    from pathlib import Path
+
+    ctx = ExportContext(model_id=str(model_id), output=Path(output), task_name=task, options=options)
+    return OnnxExporter().run(ctx)
+
+
+__all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "export_onnx", "rename_io"]

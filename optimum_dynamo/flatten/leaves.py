@@ -1,0 +1,40 @@
+"""Flat, named views of call inputs and outputs (caches expanded with optimum's names)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from .naming import input_name, output_name
+from .registry import flatten_cache, is_cache
+
+
+def flat_inputs(kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Tensors of `kwargs[name]` for each name, caches expanded (`past_key_values.0.key`)."""
+    flat: dict[str, torch.Tensor] = {}
+    for name in names:
+        value = kwargs.get(name)
+        if isinstance(value, torch.Tensor):
+            flat[name] = value
+        elif is_cache(value):
+            leaves, tensors, _ = flatten_cache(value)
+            flat.update((input_name(name, leaf), t) for leaf, t in zip(leaves, tensors))
+    return flat
+
+
+def flat_outputs(output: Any) -> dict[str, torch.Tensor]:
+    """Tensors of a forward's output in pytree order (`logits`, `present.0.key`, ...)."""
+    if isinstance(output, torch.Tensor):
+        return {"output": output}
+    items = output.items() if isinstance(output, dict) else ((f"output_{i}", v) for i, v in enumerate(output))
+    flat: dict[str, torch.Tensor] = {}
+    for field, value in items:
+        if isinstance(value, torch.Tensor):
+            flat[field] = value
+        elif is_cache(value):
+            leaves, tensors, _ = flatten_cache(value)
+            flat.update((output_name(field, leaf), t) for leaf, t in zip(leaves, tensors))
+        elif isinstance(value, (tuple, list)):
+            flat.update((f"{field}.{i}", t) for i, t in enumerate(value) if isinstance(t, torch.Tensor))
+    return flat

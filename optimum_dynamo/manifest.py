@@ -1,0 +1,42 @@
+"""The manifest written beside every export: which path produced it, versions, discrepancies."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from typing import Any
+
+MANIFEST_FILE = "optimum_dynamo.json"
+_PACKAGES = ["optimum-dynamo", "torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxscript", "onnxruntime"]
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for package in _PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def write_manifest(ctx, **fields: Any) -> None:
+    args = ctx.arguments
+    data = {
+        "exporter": "dynamo",
+        "model": ctx.model_id,
+        "task": ctx.task.name if ctx.task else None,
+        "versions": versions(),
+        "dynamic_axes": {name: {str(a): label for a, label in axes.items()} for name, axes in args.axis_names.items()},
+        "calls_recorded": len(ctx.observer.calls),
+        "sample_call": args.sample_call,
+        "timings_s": ctx.timings,
+        **fields,
+    }
+    (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def read_manifest(directory) -> dict[str, Any]:
+    from pathlib import Path
+
+    return json.loads((Path(directory) / MANIFEST_FILE).read_text())

@@ -1,0 +1,135 @@
+"""Reversible patches, registered by decorator, gated by library versions, signature-checked.
+
+    @register_patch("transformers.masking_utils._ignore_causal_mask_sdpa",
+                    versions={"transformers": ">=5.0"}, reason="...")
+    def never_skip_mask(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+        return False
+
+A patch whose target exists but whose parameters differ from the replacement's raises
+`PatchError` at registration. `applied()` swaps every active patch in and always restores them.
+Patches are process-wide: do not export from two threads at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+class PatchError(RuntimeError):
+    pass
+
+
+@dataclass
+class Patch:
+    target: str
+    replacement: Callable
+    versions: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    check_signature: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.replacement.__module__}.{self.replacement.__qualname__}"
+
+    def is_active(self) -> bool:
+        """True when every gated library is installed at a matching version."""
+        for package, spec in self.versions.items():
+            try:
+                installed = Version(importlib.metadata.version(package))
+            except importlib.metadata.PackageNotFoundError:
+                return False
+            if not SpecifierSet(spec, prereleases=True).contains(installed):
+                return False
+        return True
+
+    def resolve(self) -> tuple[Any, str]:
+        """(owner object, attribute name) of the target; raises PatchError if it is gone."""
+        parts = self.target.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            try:
+                owner = importlib.import_module(".".join(parts[:split]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[split:-1]:
+                    owner = getattr(owner, attr)
+            except AttributeError:
+                break
+            if hasattr(owner, parts[-1]):
+                return owner, parts[-1]
+            break
+        raise PatchError(f"patch {self.name}: target {self.target} does not exist")
+
+    def check(self) -> None:
+        if not self.check_signature:
+            return
+        owner, attr = self.resolve()
+        original = inspect.getattr_static(owner, attr)
+        original = getattr(original, "__func__", original)
+        if _params(original) != _params(self.replacement):
+            raise PatchError(
+                f"patch {self.name}: {self.target}{inspect.signature(original)} no longer matches "
+                f"the replacement{inspect.signature(self.replacement)}"
+            )
+
+
+def _params(fn) -> list[tuple[str, Any]]:
+    return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+
+_PATCHES: list[Patch] = []
+_ORIGINALS: dict[str, Any] = {}
+_LOCK = threading.RLock()
+
+
+def register_patch(target: str, *, versions: dict[str, str] | None = None, reason: str = "", check_signature=True):
+    """Decorator: the function replaces `target` while patches are applied."""
+
+    def decorator(fn):
+        patch = Patch(target, fn, dict(versions or {}), reason, check_signature)
+        if patch.is_active():
+            patch.check()
+        _PATCHES.append(patch)
+        return fn
+
+    return decorator
+
+
+def active_patches() -> list[Patch]:
+    return [p for p in _PATCHES if p.is_active()]
+
+
+def original(target: str) -> Any:
+    """The unpatched object behind `target` (for replacements that wrap it)."""
+    return _ORIGINALS[target]
+
+
+@contextmanager
+def applied(patches: list[Patch] | None = None):
+    """Swap the patches in; restore every swapped attribute on exit, also on error."""
+    patches = active_patches() if patches is None else patches
+    done: list[tuple[Patch, Any, str, Any]] = []
+    with _LOCK:
+        try:
+            for patch in patches:
+                patch.check()
+                owner, attr = patch.resolve()
+                saved = inspect.getattr_static(owner, attr)
+                _ORIGINALS[patch.target] = getattr(owner, attr)
+                replacement = staticmethod(patch.replacement) if isinstance(saved, staticmethod) else patch.replacement
+                setattr(owner, attr, replacement)
+                done.append((patch, owner, attr, saved))
+            yield [p for p, *_ in done]
+        finally:
+            for patch, owner, attr, saved in reversed(done):
+                setattr(owner, attr, saved)
+                _ORIGINALS.pop(patch.target, None)

@@ -1,0 +1,87 @@
+"""Task resolution through optimum's task registry, and what each task needs from capture."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .capture import drive_text_generation
+from .errors import ExportError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    driver: Callable  # runs the model the way users do, under observation
+    runtime_class: str  # optimum.onnxruntime class that loads the export
+    constants: dict[str, Any] = field(default_factory=dict)  # fixed kwargs of the exported forward
+
+
+# Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
+SUPPORTED: dict[str, TaskSpec] = {
+    "text-generation": TaskSpec(drive_text_generation, "ORTModelForCausalLM", {"use_cache": True}),
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # as optimum writes it, e.g. "text-generation-with-past"
+    base: str
+    with_past: bool
+    spec: TaskSpec
+
+    def runtime_class(self) -> type:
+        import optimum.onnxruntime as ort
+
+        return getattr(ort, self.spec.runtime_class)
+
+    def runtime_inputs(self) -> list[str]:
+        """Tensor inputs the runtime class can feed (its forward's parameters)."""
+        params = inspect.signature(self.runtime_class().forward).parameters
+        skip = {"self", "use_cache", "kwargs", "return_dict"}
+        if not self.with_past:
+            skip.add("past_key_values")
+        return [p for p in params if p not in skip and params[p].kind is not inspect.Parameter.VAR_KEYWORD]
+
+
+def _tasks_manager():
+    from optimum.exporters.tasks import TasksManager
+
+    return TasksManager
+
+
+def infer_task(model_id: str, config) -> str:
+    """optimum's inference, else the config's architectures (new models optimum does not list)."""
+    try:
+        return _tasks_manager().infer_task_from_model(model_id, library_name="transformers")
+    except Exception:
+        for arch in getattr(config, "architectures", None) or []:
+            if arch.endswith("ForCausalLM"):
+                return "text-generation"
+        raise ExportError(f"cannot infer the task of {model_id}: pass --task")
+
+
+def resolve_task(task: str | None, model_id: str, config) -> Task:
+    if task in (None, "auto"):
+        task = infer_task(model_id, config)
+        if task in SUPPORTED and "past_key_values" in _forward_params(config):
+            task += "-with-past"
+    with_past = task.endswith("-with-past")
+    base = task.removesuffix("-with-past")
+    manager = _tasks_manager()
+    base = manager.map_from_synonym(base)
+    if base not in manager.get_all_tasks():
+        raise ExportError(f"unknown task {task!r}; known tasks: {', '.join(sorted(manager.get_all_tasks()))}")
+    if base not in SUPPORTED:
+        raise ExportError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
+    return Task(task, base, with_past, SUPPORTED[base])
+
+
+def _forward_params(config) -> set[str]:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        cls = AutoModelForCausalLM._model_mapping[type(config)]
+    except KeyError:
+        return set()
+    return set(inspect.signature(cls.forward).parameters)

@@ -1,0 +1,81 @@
+"""Tiny checkpoints built locally (random weights, a small trained tokenizer): demo and tests.
+
+The Hub is never contacted: configs come from `AutoConfig.for_model`, shrunk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+# Shrunk sizes shared by every decoder; per-type overrides below.
+_DECODER = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    head_dim=8,
+)
+_OVERRIDES = {
+    "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, vocab_size=128),
+    "gemma2": dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=64),
+    "phi3": dict(head_dim=None),
+}
+
+_CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "a tiny model speaks in random words",
+    "hello world from the dynamo exporter",
+    "optimum exports models to onnx for fast inference",
+]
+
+
+def tiny_config(model_type: str, **overrides):
+    from transformers import AutoConfig
+
+    kwargs = dict(_DECODER) if model_type not in ("gpt2",) else {}
+    kwargs.update(_OVERRIDES.get(model_type, {}))
+    kwargs.update(overrides)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    config = AutoConfig.for_model(model_type, **kwargs)
+    config.pad_token_id = 0
+    config.bos_token_id, config.eos_token_id = 1, 2
+    return config
+
+
+def tiny_tokenizer(vocab_size: int = 128):
+    """A word-level tokenizer trained on a few sentences (ids < vocab_size), left padding."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
+    tok.train_from_iterator(_CORPUS, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
+
+
+def save_tiny_decoder(model_type: str, path: str | Path, *, seed: int = 0, tokenizer: bool = True, **overrides) -> Path:
+    """Write a tiny causal LM of `model_type` (and a tokenizer) to `path`; return the path."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    config = tiny_config(model_type, **overrides)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model.save_pretrained(path)
+    if tokenizer:
+        tiny_tokenizer(config.vocab_size).save_pretrained(path)
+    return path
