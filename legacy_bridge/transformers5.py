@@ -1,24 +1,29 @@
-"""Names optimum-onnx 0.1.0 needs from transformers < 5, restored on transformers >= 5.
+"""Let optimum-onnx 0.1.0 (written for transformers < 4.58) import and run on transformers 5.
 
-Each entry puts a name back only when it is missing, so on transformers 4 nothing is replaced.
-Entries are applied right after their module is imported (see `_hooks`), so `install()` imports nothing.
+One table of small entries. Each is applied right after its module is imported (see `_hooks`), only when
+the installed transformers is at least `since`, and, unless `replace` is set, only when the name is missing.
+So `install()` imports nothing, and on transformers 4 nothing is touched.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Callable
+
+from packaging.version import Version
 
 from ._hooks import when_imported
 
 
 @dataclass(frozen=True)
 class Shim:
-    module: str  # where optimum-onnx looks for the name
+    module: str  # module that holds the name (where optimum looks for it)
     attr: str  # dotted path inside the module ("Class.method" allowed)
-    removed_in: str  # first transformers version without it
-    make: Callable[[object], object]  # module -> value; called only when the name is missing
+    since: str  # first transformers version that removed the name, or started to need the change
+    make: Callable[[object], object]  # module -> new value
+    replace: bool = False  # overwrite an existing name (otherwise only fill a missing one)
 
 
 def _attr(module: str, name: str) -> Callable[[object], object]:
@@ -36,7 +41,7 @@ def _parameter_dtype(module):
 
 
 class _ByClassName:
-    """The 5.x output-capture registry seen as the 4.x dict keyed by `str(model_class)`."""
+    """The 5.x output-capture registry read as the 4.x dict keyed by `str(model_class)`."""
 
     def __init__(self, registry: dict):
         self._registry = registry
@@ -51,39 +56,65 @@ class _ByClassName:
         return dict.__contains__(self._registry, key)
 
 
-def _can_record_registry():
+def _can_record_registry(_):
     registry = importlib.import_module("transformers.utils.output_capturing")._CAN_RECORD_REGISTRY
-    # 5.2-5.x: a plain dict keyed by class name; later its `get` takes a model, not the name optimum passes.
+    # A plain dict keyed by class name in 5.2; later its `get` takes a model instead of the name optimum passes.
     return registry if type(registry).get is dict.get else _ByClassName(registry)
 
 
+def _from_legacy_cache(cls, past_key_values):
+    return cls(list(past_key_values))  # 5.x constructors take the per-layer tuples directly
+
+
+def _to_legacy_cache(cache):
+    if hasattr(cache, "self_attention_cache"):  # EncoderDecoderCache: (self k, self v, cross k, cross v) per layer
+        own, cross = cache.self_attention_cache.to_legacy_cache(), cache.cross_attention_cache.to_legacy_cache()
+        return tuple(a + b for a, b in zip(own, cross)) if cross else own
+    return tuple((layer.keys, layer.values) for layer in cache.layers)
+
+
+_TF = "transformers"
+_ORT = "optimum.onnxruntime.modeling_decoder"
+_PATCHER = "optimum.exporters.onnx.model_patcher"
+
 SHIMS = [
-    Shim("transformers.modeling_utils", "get_parameter_dtype", "5.0.0", lambda _: _parameter_dtype),
-    Shim("transformers.utils", "is_offline_mode", "5.0.0", _attr("huggingface_hub", "is_offline_mode")),
-    Shim("transformers.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", lambda _: _can_record_registry()),
-    Shim("transformers.utils.generic", "OutputRecorder", "5.2.0", _attr("transformers.utils.output_capturing", "OutputRecorder")),
-    # optimum's ORTModelForCausalLM._from_pretrained; 5.x configs hold no generation parameters but may report strays
-    Shim("transformers.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
-         lambda module: module.PretrainedConfig._get_generation_parameters),
+    # Imports of optimum.exporters.onnx and optimum.onnxruntime.
+    Shim(f"{_TF}.modeling_utils", "get_parameter_dtype", "5.0.0", lambda _: _parameter_dtype),
+    Shim(f"{_TF}.utils", "is_offline_mode", "5.0.0", _attr("huggingface_hub", "is_offline_mode")),
+    Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
+    Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
+    # ORTModelForCausalLM.from_pretrained / generate. Configs hold no generation parameters since 5.0.
+    Shim(f"{_TF}.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
+         lambda m: m.PretrainedConfig._get_generation_parameters),
+    Shim(_ORT, "ORTModelForCausalLM.is_remote_code", "5.4.0", lambda _: classmethod(lambda cls: False)),
+    # Checked in 5.18 (absent in 5.13). An ONNX session has no torch experts to switch.
+    Shim(_ORT, "ORTModelForCausalLM.get_experts_implementation", "5.18.0", lambda _: lambda self: {}),
+    # Torchscript export (model_patcher) turns caches into tuples and back.
+    Shim(f"{_TF}.cache_utils", "DynamicCache.from_legacy_cache", "5.0.0", lambda _: classmethod(_from_legacy_cache)),
+    Shim(f"{_TF}.cache_utils", "DynamicCache.to_legacy_cache", "5.0.0", lambda _: _to_legacy_cache),
+    Shim(f"{_TF}.cache_utils", "EncoderDecoderCache.from_legacy_cache", "5.0.0", lambda _: classmethod(_from_legacy_cache)),
+    Shim(f"{_TF}.cache_utils", "EncoderDecoderCache.to_legacy_cache", "5.0.0", lambda _: _to_legacy_cache),
+    # optimum registers vmap-free mask functions with the pre-5.4 `cache_position` signature; 5.4 replaced it
+    # with `q_length`/`q_offset` and its own functions no longer use vmap by default, so register those.
+    Shim(_PATCHER, "sdpa_mask_without_vmap", "5.4.0", _attr(f"{_TF}.masking_utils", "sdpa_mask"), replace=True),
+    Shim(_PATCHER, "eager_mask_without_vmap", "5.4.0", _attr(f"{_TF}.masking_utils", "eager_mask"), replace=True),
 ]
 
-applied: list[Shim] = []  # shims that actually set a name, in order
+applied: list[Shim] = []  # entries that changed something, in order
 
 
-def _owner(module, dotted: str):
-    *path, name = dotted.split(".")
-    owner = module
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, name
+def _transformers_version() -> Version:
+    return Version(importlib.metadata.version("transformers"))
 
 
 def _apply(shim: Shim, module) -> None:
-    owner, name = _owner(module, shim.attr)
-    if hasattr(owner, name):
-        return
-    setattr(owner, name, shim.make(module))
-    applied.append(shim)
+    *path, name = shim.attr.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    if shim.replace or not hasattr(owner, name):
+        setattr(owner, name, shim.make(module))
+        applied.append(shim)
 
 
 _installed = False
@@ -94,5 +125,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    version = _transformers_version()
     for shim in SHIMS:
-        when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))
+        if version >= Version(shim.since):
+            when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))

@@ -69,7 +69,7 @@ class Exporter:
 
     def run(self, ctx: ExportContext) -> ExportContext:
         stages = self.stages()
-        created = not ctx.output.exists()
+        created = [p for p in [ctx.output, *ctx.output.parents] if not p.exists()]
         ctx.output.parent.mkdir(parents=True, exist_ok=True)
         ctx.staging = Path(tempfile.mkdtemp(prefix=".optimum-dynamo-", dir=ctx.output.parent))
         try:
@@ -82,8 +82,11 @@ class Exporter:
                     shutil.rmtree(target)
                 item.replace(target)
         except BaseException:
-            if created and ctx.output.exists():
+            shutil.rmtree(ctx.staging, ignore_errors=True)
+            if ctx.output in created and ctx.output.exists():
                 shutil.rmtree(ctx.output)
+            for parent in created[1:]:  # directories this run made for the output, deepest first
+                parent.rmdir()
             raise
         finally:
             shutil.rmtree(ctx.staging, ignore_errors=True)
@@ -104,7 +107,7 @@ class Exporter:
         path = Path(ctx.model_id)
         if not path.is_dir() and (path.is_absolute() or ctx.model_id.startswith(".") or path.exists()):
             raise ExportError(f"model directory not found: {ctx.model_id}")
-        kwargs = {"trust_remote_code": ctx.options.get("trust_remote_code", False)}
+        kwargs = {"trust_remote_code": ctx.options.get("trust_remote_code", False), **ctx.options.get("hub_options", {})}
         try:
             ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
         except (OSError, ValueError) as e:

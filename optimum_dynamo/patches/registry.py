@@ -104,6 +104,11 @@ def register_patch(target: str, *, versions: dict[str, str] | None = None, reaso
     return decorator
 
 
+def unregister_patch(fn: Callable) -> None:
+    """Remove the patch whose replacement is `fn`."""
+    _PATCHES[:] = [p for p in _PATCHES if p.replacement is not fn]
+
+
 def active_patches() -> list[Patch]:
     return [p for p in _PATCHES if p.is_active()]
 

@@ -1,0 +1,33 @@
+"""Bad input: one clear error line, non-zero exit, no output directory."""
+
+from conftest import optimum_cli
+
+
+def _error_lines(run):
+    return [line for line in run.stderr.splitlines() if "error" in line.lower()]
+
+
+def test_missing_model_dir(tmp_path):
+    out = tmp_path / "out"
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", tmp_path / "missing", out)
+    assert run.returncode != 0
+    assert _error_lines(run) == [f"optimum-cli export onnx --dynamo: error: model directory not found: {tmp_path / 'missing'}"]
+    assert "Traceback" not in run.stderr
+    assert not out.exists()
+
+
+def test_unknown_task(checkpoints, tmp_path):
+    out = tmp_path / "nested" / "out"
+    before = sorted(p.name for p in checkpoints("llama").iterdir())
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), "--task", "text-dancing", out)
+    assert run.returncode != 0
+    lines = _error_lines(run)
+    assert len(lines) == 1 and "unknown task 'text-dancing'" in lines[0]
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "nested").exists()
+    assert sorted(p.name for p in checkpoints("llama").iterdir()) == before
+
+
+def test_without_dynamo_the_flag_is_listed_in_help():
+    run = optimum_cli("export", "onnx", "--help")
+    assert run.returncode == 0 and "--dynamo" in run.stdout

@@ -1,0 +1,63 @@
+"""The patch registry: version gates, signature checks, restore on exit and on failure."""
+
+import pytest
+import torch.utils._pytree as pytree
+import transformers.masking_utils as masking_utils
+import transformers.models.llama.modeling_llama as modeling_llama
+from transformers import DynamicCache
+
+from optimum_dynamo import patches
+from optimum_dynamo.exporters import export_onnx
+
+
+def test_mask_patch_is_active_for_this_transformers():
+    active = [p.target for p in patches.active_patches()]
+    assert active.count("transformers.masking_utils._ignore_causal_mask_sdpa") == 1
+
+
+def test_applied_swaps_and_restores():
+    original = masking_utils._ignore_causal_mask_sdpa
+    with patches.applied():
+        assert masking_utils._ignore_causal_mask_sdpa is not original
+        assert patches.original("transformers.masking_utils._ignore_causal_mask_sdpa") is original
+    assert masking_utils._ignore_causal_mask_sdpa is original
+
+
+def test_changed_signature_fails_at_registration():
+    with pytest.raises(patches.PatchError, match="no longer matches"):
+
+        @patches.register_patch("transformers.masking_utils._ignore_causal_mask_sdpa")
+        def wrong(padding_mask):
+            return False
+
+
+def test_version_gate_skips_other_versions():
+    @patches.register_patch("transformers.masking_utils.nothing_here", versions={"transformers": "<1"})
+    def never(x):
+        return x
+
+    try:
+        assert all(p.replacement is not never for p in patches.active_patches())
+    finally:
+        patches.unregister_patch(never)
+
+
+def test_failing_export_restores_everything(checkpoints, tmp_path):
+    """A patch that raises mid-export: attributes, pytree registry and output dir are as before."""
+    rms_forward = modeling_llama.LlamaRMSNorm.forward
+    mask_fn = masking_utils._ignore_causal_mask_sdpa
+
+    @patches.register_patch("transformers.models.llama.modeling_llama.LlamaRMSNorm.forward")
+    def broken(self, hidden_states):
+        raise RuntimeError("broken on purpose")
+
+    try:
+        with pytest.raises(Exception, match="broken on purpose"):
+            export_onnx(checkpoints("llama"), tmp_path / "out" / "model", task="text-generation-with-past")
+    finally:
+        patches.unregister_patch(broken)
+    assert modeling_llama.LlamaRMSNorm.forward is rms_forward
+    assert masking_utils._ignore_causal_mask_sdpa is mask_fn
+    assert DynamicCache not in pytree.SUPPORTED_NODES
+    assert not (tmp_path / "out").exists()
+    assert list(tmp_path.iterdir()) == []
