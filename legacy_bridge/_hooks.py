@@ -35,7 +35,10 @@ class _AfterImport:
             for callback in _pending.pop(name, ()):
                 callback(module)
 
-        loader.exec_module = run  # the loader instance belongs to this spec only
+        try:
+            loader.exec_module = run  # the loader instance belongs to this spec only
+        except AttributeError:  # a loader that takes no attributes: leave the import alone
+            pass
         return spec
 
 
