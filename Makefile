@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: env-t4 env-t5 test test-t4 test-t5 test-all demo clean
+.PHONY: env-t4 env-t5 test test-t4 test-t5 test-all demo docs clean
 
 env-t4: .venv-t4/.done
 env-t5: .venv-t5/.done
@@ -36,5 +36,10 @@ test-all:
 demo: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m optimum_dynamo.demo
 
+docs:
+	$(PYTHON) -m venv .venv-docs
+	.venv-docs/bin/pip install -q mkdocs
+	.venv-docs/bin/mkdocs build --strict
+
 clean:
-	rm -rf .venv-t4 .venv-t5 build *.egg-info
+	rm -rf .venv-t4 .venv-t5 .venv-docs build *.egg-info

@@ -78,16 +78,15 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
         group = next((g for g in groups if _same(sizes[g[0]], sizes[key])), None)
         group.append(key) if group is not None else groups.append([key])
 
+    ranks = {name: next(f[name].dim() for f in flats if name in f) for name in dynamic}
+
     def known(group) -> str | None:
         for prefix, axis, label in KNOWN_AXES:
             for name, ax in group:
-                rank = flats_rank(name)
-                if (name == prefix or (prefix.endswith(".") and name.startswith(prefix))) and ax == axis % rank:
+                matches = name == prefix or (prefix.endswith(".") and name.startswith(prefix))
+                if matches and ax == axis % ranks[name]:
                     return label
         return None
-
-    def flats_rank(name) -> int:
-        return next(f[name].dim() for f in flats if name in f)
 
     labels = {id(g): known(g) for g in groups}
     named = [g for g in groups if labels[id(g)]]

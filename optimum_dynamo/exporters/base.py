@@ -49,6 +49,9 @@ class ExportContext:
     observer: InputObserver | None = None
     arguments: Any = None
     program: torch.export.ExportedProgram | None = None
+    onnx_program: Any = None  # torch.onnx.ONNXProgram (ONNX backend)
+    output_names: list[str] = field(default_factory=list)
+    discrepancies: list[Any] = field(default_factory=list)
     staging: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
