@@ -3,11 +3,10 @@
 Call `install()` before importing optimum.exporters.onnx or optimum.onnxruntime.
 """
 
-from . import attention_mask, ort_runtime, transformers5
+from . import ort_runtime, transformers5
 
 
 def install() -> None:
     """Apply every shim and patch (idempotent; imports nothing heavy)."""
     transformers5.install()
     ort_runtime.install()
-    attention_mask.install()

@@ -33,7 +33,9 @@ def cache_dims(model) -> tuple[int | None, int | None]:
 
 def _fix(model) -> None:
     # Legacy bloom / fused gpt_bigcode caches are not 4-d; deepseek_v3 has distinct k and v head dims.
-    if not model.can_use_cache or model.old_bloom_modeling or model.old_gpt_bigcode_modeling:
+    if not model.can_use_cache or getattr(model, "old_bloom_modeling", False):
+        return
+    if getattr(model, "old_gpt_bigcode_modeling", False):
         return
     if model.config.model_type == "deepseek_v3":
         return

@@ -7,8 +7,10 @@ So `install()` imports nothing, and on transformers 4 nothing is touched.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,6 +75,22 @@ def _to_legacy_cache(cache):
     return tuple((layer.keys, layer.values) for layer in cache.layers)
 
 
+def _fill_attention_mask(forward):
+    """ORTModelForCausalLM.forward that builds an all-ones mask when the session wants one and none is given."""
+
+    @functools.wraps(forward)
+    def wrapper(self, input_ids, attention_mask=None, past_key_values=None, *args, **kwargs):
+        if attention_mask is None and "attention_mask" in self.input_names and hasattr(input_ids, "new_ones"):
+            past = 0
+            if past_key_values is not None:  # same past-length rule as optimum's forward
+                fused = getattr(self, "old_gpt_bigcode_modeling", False)
+                past = (past_key_values[0] if fused else past_key_values[0][1]).shape[-2]
+            attention_mask = input_ids.new_ones((input_ids.shape[0], past + input_ids.shape[1]))
+        return forward(self, input_ids, attention_mask, past_key_values, *args, **kwargs)
+
+    return wrapper
+
+
 _TF = "transformers"
 _ORT = "optimum.onnxruntime.modeling_decoder"
 _PATCHER = "optimum.exporters.onnx.model_patcher"
@@ -87,8 +105,11 @@ SHIMS = [
     Shim(f"{_TF}.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
          lambda m: m.PretrainedConfig._get_generation_parameters),
     Shim(_ORT, "ORTModelForCausalLM.is_remote_code", "5.4.0", lambda _: classmethod(lambda cls: False)),
-    # Checked in 5.18 (absent in 5.13). An ONNX session has no torch experts to switch.
-    Shim(_ORT, "ORTModelForCausalLM.get_experts_implementation", "5.18.0", lambda _: lambda self: {}),
+    # The next two appeared between 5.13 (absent) and 5.18 (present). An ONNX session has no torch experts.
+    Shim(_ORT, "ORTModelForCausalLM.get_experts_implementation", "5.14.0", lambda _: lambda self: {}),
+    # generate() drops an all-ones attention_mask; ORT sessions exported with one still require it.
+    Shim(_ORT, "ORTModelForCausalLM.forward", "5.14.0", lambda m: _fill_attention_mask(m.ORTModelForCausalLM.forward),
+         replace=True),
     # Torchscript export (model_patcher) turns caches into tuples and back.
     Shim(f"{_TF}.cache_utils", "DynamicCache.from_legacy_cache", "5.0.0", lambda _: classmethod(_from_legacy_cache)),
     Shim(f"{_TF}.cache_utils", "DynamicCache.to_legacy_cache", "5.0.0", lambda _: _to_legacy_cache),
@@ -111,7 +132,10 @@ def _apply(shim: Shim, module) -> None:
     *path, name = shim.attr.split(".")
     owner = module
     for part in path:
-        owner = getattr(owner, part)
+        owner = getattr(owner, part, None)
+    if owner is None:  # the class itself is gone: leave the import alone
+        warnings.warn(f"legacy_bridge: cannot apply {shim.module}.{shim.attr}", stacklevel=2)
+        return
     if shim.replace or not hasattr(owner, name):
         setattr(owner, name, shim.make(module))
         applied.append(shim)

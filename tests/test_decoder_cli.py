@@ -5,9 +5,7 @@ import json
 import onnx
 import pytest
 import torch
-import transformers
 from optimum.onnxruntime import ORTModelForCausalLM
-from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from optimum_dynamo.manifest import read_manifest
@@ -16,7 +14,6 @@ from parity import assert_causal_lm_parity, greedy, padded_batch
 from conftest import optimum_cli
 
 MODELS = ["llama", "qwen2", "gpt2", "phi3", "gemma2"]
-T4 = Version(transformers.__version__) < Version("5")
 
 
 @pytest.mark.parametrize("model_type", MODELS)
@@ -49,7 +46,6 @@ def _io_names(path):
     return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
 
 
-@pytest.mark.skipif(not T4, reason="the torchscript exporter of optimum-onnx 0.1.0 targets transformers < 4.58")
 @pytest.mark.parametrize("model_type", MODELS)
 def test_io_names_equal_torchscript_export(model_type, checkpoints, dynamo_exports, tmp_path):
     run = optimum_cli("export", "onnx", "--model", checkpoints(model_type), "--task", "text-generation-with-past",
