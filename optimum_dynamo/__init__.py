@@ -10,4 +10,22 @@ from .integration import install
 
 install()
 
-__all__ = ["__version__", "install"]
+# The Python API, imported on first use (torch is not imported by `import optimum_dynamo`).
+_API = {
+    "observe": "optimum_dynamo.capture",
+    "InputObserver": "optimum_dynamo.capture",
+    "infer_arguments": "optimum_dynamo.capture",
+    "export_observed": "optimum_dynamo.exporters",
+    "export_onnx": "optimum_dynamo.exporters",
+}
+
+
+def __getattr__(name):
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'optimum_dynamo' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "install", *_API]

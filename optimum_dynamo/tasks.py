@@ -6,7 +6,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .capture import drive_text_generation
+from .capture import drive_image_forward, drive_multiple_choice, drive_text_forward, drive_text_generation
 from .errors import ExportError
 
 
@@ -20,6 +20,13 @@ class TaskSpec:
 # Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
 SUPPORTED: dict[str, TaskSpec] = {
     "text-generation": TaskSpec(drive_text_generation, "ORTModelForCausalLM", {"use_cache": True}),
+    "feature-extraction": TaskSpec(drive_text_forward, "ORTModelForFeatureExtraction"),
+    "fill-mask": TaskSpec(drive_text_forward, "ORTModelForMaskedLM"),
+    "text-classification": TaskSpec(drive_text_forward, "ORTModelForSequenceClassification"),
+    "token-classification": TaskSpec(drive_text_forward, "ORTModelForTokenClassification"),
+    "question-answering": TaskSpec(drive_text_forward, "ORTModelForQuestionAnswering"),
+    "multiple-choice": TaskSpec(drive_multiple_choice, "ORTModelForMultipleChoice"),
+    "image-classification": TaskSpec(drive_image_forward, "ORTModelForImageClassification"),
 }
 
 
@@ -64,7 +71,7 @@ def infer_task(model_id: str, config) -> str:
 def resolve_task(task: str | None, model_id: str, config) -> Task:
     if task in (None, "auto"):
         task = infer_task(model_id, config)
-        if task in SUPPORTED and "past_key_values" in _forward_params(config):
+        if task == "text-generation" and "past_key_values" in _forward_params(config):
             task += "-with-past"
     with_past = task.endswith("-with-past")
     base = task.removesuffix("-with-past")

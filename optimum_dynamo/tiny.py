@@ -20,10 +20,28 @@ _DECODER = dict(
     max_position_embeddings=128,
     head_dim=8,
 )
-_OVERRIDES = {
+_ENCODER = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=128,
+)
+# Full constructor kwargs per model type; types not listed are decoders with _DECODER sizes.
+_SIZES = {
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, vocab_size=128),
-    "gemma2": dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=64),
-    "phi3": dict(head_dim=None),
+    "gemma2": dict(_DECODER, head_dim=16, query_pre_attn_scalar=16, sliding_window=64),
+    "phi3": {k: v for k, v in _DECODER.items() if k != "head_dim"},
+    "bert": _ENCODER,
+    "roberta": _ENCODER,
+    "electra": dict(_ENCODER, embedding_size=32),
+    "deberta-v2": dict(_ENCODER, pooler_hidden_size=32),
+    "distilbert": dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, vocab_size=128, max_position_embeddings=128),
+    "vit": dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64),
+    "convnext": dict(image_size=32, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_channels=3),
+    "resnet": dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"),
 }
 
 _CORPUS = [
@@ -37,10 +55,7 @@ _CORPUS = [
 def tiny_config(model_type: str, **overrides):
     from transformers import AutoConfig
 
-    kwargs = dict(_DECODER) if model_type not in ("gpt2",) else {}
-    kwargs.update(_OVERRIDES.get(model_type, {}))
-    kwargs.update(overrides)
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    kwargs = dict(_SIZES.get(model_type, _DECODER), **overrides)
     config = AutoConfig.for_model(model_type, **kwargs)
     config.pad_token_id = 0
     config.bos_token_id, config.eos_token_id = 1, 2
@@ -77,5 +92,20 @@ def save_tiny_decoder(model_type: str, path: str | Path, *, seed: int = 0, token
     model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model.save_pretrained(path)
     if tokenizer:
+        tiny_tokenizer(config.vocab_size).save_pretrained(path)
+    return path
+
+
+def save_tiny_model(model_type: str, task: str, path: str | Path, *, seed: int = 0, **overrides) -> Path:
+    """Write a tiny model of `model_type` for an optimum `task` (and a tokenizer for text models)."""
+    from optimum.exporters.tasks import TasksManager
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    config = tiny_config(model_type, **overrides)
+    model_class = TasksManager.get_model_class_for_task(task, library="transformers")
+    model = model_class.from_config(config).eval()
+    model.save_pretrained(path)
+    if getattr(config, "vocab_size", None):
         tiny_tokenizer(config.vocab_size).save_pretrained(path)
     return path

@@ -44,10 +44,22 @@ def test_inferred_axes_and_names(recorded):
     assert sample["use_cache"] is True
 
 
-def test_no_call_with_every_axis_above_one_is_an_error(recorded):
-    one_generate = recorded.calls[:3]  # prefill (empty cache) then one-token decode steps
-    with pytest.raises(CaptureError, match="every varying axis >= 2"):
-        infer_arguments(one_generate, INPUTS)
+def test_one_generate_run_is_grown_to_a_usable_sample(recorded):
+    """Prefill has no cache and decode steps one token: the sample is grown, keeping mask = past + new."""
+    args = infer_arguments(recorded.calls[:3], INPUTS, {"use_cache": True})
+    sample = args.kwargs
+    past = sample["past_key_values"].get_seq_length()
+    assert sample["input_ids"].shape[1] == 2 and sample["position_ids"].shape[1] == 2
+    assert past >= 2 and sample["attention_mask"].shape[1] == past + 2
+    assert args.axis_names["input_ids"] == {0: "batch_size", 1: "sequence_length"}
+
+
+def test_a_batch_that_never_varied_is_still_dynamic(recorded):
+    first_run = recorded.calls[:3]  # batch 2 throughout
+    args = infer_arguments(first_run, INPUTS, {"use_cache": True})
+    assert args.axis_names["input_ids"][0] == "batch_size"
+    fixed = infer_arguments(first_run, INPUTS, {"use_cache": True}, dynamic_batch=False)
+    assert 0 not in fixed.axis_names["input_ids"]
 
 
 def test_cap_is_explicit(checkpoints):
@@ -59,3 +71,11 @@ def test_cap_is_explicit(checkpoints):
             model(input_ids=torch.tensor([[4, 5, 6]]))
     assert len(obs.calls) == 2 and obs.dropped == 1
     assert "1 dropped" in obs.summary()
+
+
+def test_rank_change_is_an_error(recorded):
+    from optimum_dynamo.capture import Call
+
+    calls = [Call({"input_ids": torch.zeros(2, 3, dtype=torch.long)}), Call({"input_ids": torch.zeros(2, 3, 1)})]
+    with pytest.raises(CaptureError, match="'input_ids' changes rank"):
+        infer_arguments(calls, ["input_ids"])

@@ -1,6 +1,12 @@
 """Generation capture: observe forward calls, infer export arguments and dynamic shapes."""
 
-from .drivers import drive_text_generation, text_samples
+from .drivers import (
+    drive_image_forward,
+    drive_multiple_choice,
+    drive_text_forward,
+    drive_text_generation,
+    text_samples,
+)
 from .infer import CaptureError, ExportArguments, infer_arguments
 from .observer import Call, InputObserver, observe, snapshot
 
@@ -9,6 +15,9 @@ __all__ = [
     "CaptureError",
     "ExportArguments",
     "InputObserver",
+    "drive_image_forward",
+    "drive_multiple_choice",
+    "drive_text_forward",
     "drive_text_generation",
     "infer_arguments",
     "observe",

@@ -68,3 +68,66 @@ def drive_text_generation(model, tokenizer=None) -> None:
         past_key_values=prefix.past_key_values,
         **options,
     )
+
+
+_FORWARD_TEXTS = [
+    ["hello world", "the quick brown fox jumps"],
+    ["a tiny model speaks in random words today", "optimum exports models", "hello world from the exporter"],
+]
+
+
+def _forward_params(model) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)
+
+
+def _text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, torch.Tensor]]:
+    """Tokenized batches (padded), or random ids of two lengths; only inputs the model takes."""
+    params = _forward_params(model)
+    vocab = model.config.vocab_size
+    if tokenizer is not None:
+        batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
+        if all(int(b["input_ids"].max()) < vocab for b in batches):
+            return [{k: v for k, v in b.items() if k in params} for b in batches]
+    batches = []
+    for seed, (batch, length) in enumerate([(2, 6), (3, 11)]):
+        sample = _random_sample(batch, length, vocab, model.config.pad_token_id or 0, seed)
+        inputs = {"input_ids": sample.input_ids, "attention_mask": sample.attention_mask}
+        if "token_type_ids" in params:
+            inputs["token_type_ids"] = torch.zeros_like(sample.input_ids)
+        batches.append(inputs)
+    return batches
+
+
+@torch.no_grad()
+def drive_text_forward(model, tokenizer=None) -> None:
+    """Feature extraction, fill-mask, text/token classification, question answering."""
+    for inputs in _text_batches(model, tokenizer, _FORWARD_TEXTS):
+        model(**inputs)
+
+
+@torch.no_grad()
+def drive_multiple_choice(model, tokenizer=None) -> None:
+    """[batch, choices, sequence] inputs: batch 2 x 2 choices, then 3 x 3, different lengths."""
+    for batch, texts in ((2, _FORWARD_TEXTS[0] * 2), (3, _FORWARD_TEXTS[1] * 3)):
+        (inputs,) = _text_batches(model, tokenizer, [texts])
+        model(**{k: v.reshape(batch, len(texts) // batch, -1) for k, v in inputs.items()})
+
+
+def _image_size(config) -> int:
+    size = getattr(config, "image_size", None) or 64
+    return size[0] if isinstance(size, (list, tuple)) else size
+
+
+@torch.no_grad()
+def drive_image_forward(model, processor=None) -> None:
+    """Image tasks: batch 2 then 3, and a second image size when the model accepts one."""
+    config = model.config
+    channels, size = getattr(config, "num_channels", 3), _image_size(config)
+    g = torch.Generator().manual_seed(0)
+    model(pixel_values=torch.randn(2, channels, size, size, generator=g))
+    try:
+        model(pixel_values=torch.randn(3, channels, size + 16, size + 16, generator=g))
+    except Exception:  # fixed-size models (e.g. ViT without interpolation): vary the batch only
+        model(pixel_values=torch.randn(3, channels, size, size, generator=g))

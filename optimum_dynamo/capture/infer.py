@@ -2,30 +2,40 @@
 
 - An axis is dynamic when its size differs between calls.
 - The sample is a recorded call in which every dynamic axis is >= 2 (sizes 0 and 1 make
-  torch.export specialize), so no axis is fixed to a sample size.
+  torch.export specialize), so no axis is fixed to a sample size. When no call qualifies (one
+  `generate` or a pipeline: prefill has no cache, decode steps one token), the call with the most
+  such axes is grown: each short axis is extended to 2 by repeating its last slice (zeros if empty),
+  and an axis named "A + B" by the growth of A and B, so the sizes stay consistent.
+- Batch axes (axis 0 of every input whose axis 0 follows the first input's) are dynamic even when
+  every call had the same batch.
 - Axes whose sizes are equal in every call share a name; an axis whose size is the sum of two
   named axes in every call is named after the sum ("past_sequence_length + sequence_length").
 """
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-from ..flatten import flat_inputs, input_name, is_cache
+from ..flatten import flat_inputs, flatten_cache, input_name, is_cache, unflatten_cache
 from .observer import Call
 
-# Names for well-known axes (flat input name prefix, axis) -> name; the first match names a group.
+# Names for well-known axes: (flat input name pattern, axis, name); the first match names a group.
 KNOWN_AXES: list[tuple[str, int, str]] = [
     ("input_ids", 0, "batch_size"),
     ("input_ids", 1, "sequence_length"),
     ("inputs_embeds", 0, "batch_size"),
     ("inputs_embeds", 1, "sequence_length"),
     ("pixel_values", 0, "batch_size"),
-    ("past_key_values.", -2, "past_sequence_length"),
+    ("past_key_values.*.encoder.*", -2, "encoder_sequence_length"),
+    ("past_key_values.*.decoder.*", -2, "past_decoder_sequence_length"),
+    ("past_key_values.*", -2, "past_sequence_length"),
+    ("encoder_hidden_states", 1, "encoder_sequence_length"),
+    ("encoder_attention_mask", 1, "encoder_sequence_length"),
     ("attention_mask", 0, "batch_size"),
 ]
 
@@ -81,15 +91,18 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
     ranks = {name: next(f[name].dim() for f in flats if name in f) for name in dynamic}
 
     def known(group) -> str | None:
-        for prefix, axis, label in KNOWN_AXES:
+        for pattern, axis, label in KNOWN_AXES:
             for name, ax in group:
-                matches = name == prefix or (prefix.endswith(".") and name.startswith(prefix))
-                if matches and ax == axis % ranks[name]:
+                if fnmatch.fnmatchcase(name, pattern) and ax == axis % ranks[name]:
                     return label
         return None
 
     labels = {id(g): known(g) for g in groups}
-    named = [g for g in groups if labels[id(g)]]
+
+    def varying(group) -> bool:
+        return len({v for v in sizes[group[0]] if v is not None}) > 1
+
+    named = [g for g in groups if labels[id(g)] and varying(g)]  # a constant axis is no summand
     for group in groups:
         if labels[id(group)]:
             continue
@@ -112,10 +125,73 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
     }
 
 
+def _follow_dynamic(flats, names: list[str], dynamic: dict[str, set[int]]) -> None:
+    """An axis seen with one size only (e.g. an input given in one call) becomes dynamic when it equals,
+    at the same index, a dynamic axis of another input in every call where both appear."""
+    for n in names:
+        for axis in range(len(shape_of(flats, n))):
+            if axis in dynamic[n]:
+                continue
+            sizes = _axis_sizes(flats, n, axis)
+            if any(axis in dynamic[m] and _same(sizes, _axis_sizes(flats, m, axis)) for m in names if m != n):
+                dynamic[n].add(axis)
+
+
+def shape_of(flats, name: str) -> tuple[int, ...]:
+    return next(tuple(f[name].shape) for f in flats if name in f)
+
+
+def batch_axes(flats: list[dict[str, torch.Tensor]], names: list[str]) -> set[str]:
+    """Inputs whose axis 0 has the first input's size in every call."""
+    first = _axis_sizes(flats, names[0], 0)
+    return {n for n in names if _same(_axis_sizes(flats, n, 0), first)}
+
+
+def _extend(t: torch.Tensor, axis: int, extra: int) -> torch.Tensor:
+    """`t` with `extra` more entries on `axis`: copies of the last slice, or zeros if it has none."""
+    if t.shape[axis] == 0:
+        shape = list(t.shape)
+        shape[axis] = extra
+        return torch.zeros(shape, dtype=t.dtype)
+    last = t.narrow(axis, t.shape[axis] - 1, 1)
+    return torch.cat([t] + [last] * extra, dim=axis)
+
+
+def _grown(kwargs: dict[str, Any], dynamic: dict[str, set[int]], labels: dict[str, dict[int, str]]) -> dict:
+    """Grow every short dynamic axis of a sample to 2, keeping "A + B" axes equal to the sum."""
+    flat = flat_inputs(kwargs, list(kwargs))
+    sizes = {labels[n][a]: flat[n].shape[a] for n in dynamic if n in flat for a in dynamic[n]}
+    extra = {label: max(0, 2 - size) for label, size in sizes.items() if " + " not in label}
+    extra.update({label: sum(extra.get(p, 0) for p in label.split(" + ")) for label in sizes if " + " in label})
+
+    def grow(name: str, t: torch.Tensor) -> torch.Tensor:
+        for axis in sorted(dynamic.get(name, ())):
+            if extra.get(labels[name][axis]):
+                t = _extend(t, axis, extra[labels[name][axis]])
+        return t
+
+    grown = {}
+    for key, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            grown[key] = grow(key, value)
+        elif is_cache(value):
+            leaves, tensors, context = flatten_cache(value)
+            tensors = [grow(input_name(key, leaf), t) for leaf, t in zip(leaves, tensors)]
+            grown[key] = unflatten_cache(type(value), context, tensors)
+        else:
+            grown[key] = value
+    return grown
+
+
 def infer_arguments(
-    calls: Sequence[Call], inputs: Sequence[str], constants: dict[str, Any] | None = None
+    calls: Sequence[Call],
+    inputs: Sequence[str],
+    constants: dict[str, Any] | None = None,
+    *,
+    dynamic_batch: bool = True,
 ) -> ExportArguments:
-    """Export arguments for the kwargs `inputs` (in graph order), plus fixed `constants`."""
+    """Export arguments for the kwargs `inputs` (in graph order), plus fixed `constants`.
+    `dynamic_batch=False` keeps a batch size that never varied fixed."""
     if not calls:
         raise CaptureError("no forward call was recorded: nothing to infer the export inputs from")
     present = [n for n in inputs if any(c.kwargs.get(n) is not None for c in calls)]
@@ -123,22 +199,26 @@ def infer_arguments(
     names = _ordered_union(flats, present)
     shapes = {n: [tuple(f[n].shape) for f in flats if n in f] for n in names}
     dynamic = {n: _dynamic_axes(shapes[n], n) for n in names}
+    forced = {n for n in batch_axes(flats, names) if 0 not in dynamic[n]} if dynamic_batch else set()
 
-    def smallest_dynamic(i: int) -> float:
+    for n in forced:
+        dynamic[n].add(0)
+    _follow_dynamic(flats, names, dynamic)
+
+    def ready(i: int) -> tuple[int, int]:
+        """(every dynamic axis >= 2, how many are) for call i."""
         sizes = [flats[i][n].shape[a] for n in names for a in dynamic[n]]
-        return min(sizes, default=float("inf"))
+        return int(all(s >= 2 for s in sizes)), sum(s >= 2 for s in sizes)
 
     complete = [i for i, f in enumerate(flats) if set(f) == set(names)]
     if not complete:
         raise CaptureError(f"no recorded call has all of the inputs {names}")
-    best = max(complete, key=lambda i: (smallest_dynamic(i), i))
-    if smallest_dynamic(best) < 2:
-        raise CaptureError(
-            "no recorded call has every varying axis >= 2 (sizes 0 and 1 would be fixed in the graph); "
-            "drive the model with longer or more varied inputs"
-        )
+    best = max(complete, key=lambda i: (ready(i), i))
+    labels = name_axes(flats, dynamic)
     sample = calls[best].kwargs
     kwargs = {n: sample[n] for n in present}
+    if not ready(best)[0]:
+        kwargs = _grown(kwargs, dynamic, labels)
     dynamic_shapes: dict[str, Any] = {}
     for n in present:
         if is_cache(sample[n]):
@@ -148,4 +228,4 @@ def infer_arguments(
             dynamic_shapes[n] = {a: torch.export.Dim.DYNAMIC for a in sorted(dynamic[n])} or None
     kwargs.update(constants or {})
     dynamic_shapes.update({k: None for k in constants or {}})
-    return ExportArguments(kwargs, dynamic_shapes, names, name_axes(flats, dynamic), best, shapes)
+    return ExportArguments(kwargs, dynamic_shapes, names, labels, best, shapes)

@@ -1,6 +1,7 @@
 """Staged exporters: shared stages in `base`, one module per backend."""
 
 from .base import ExportContext, Exporter, stage
+from .observed import ObservedOnnxExporter, export_observed
 from .onnx import OnnxExporter, export_onnx
 
-__all__ = ["ExportContext", "Exporter", "OnnxExporter", "export_onnx", "stage"]
+__all__ = ["ExportContext", "Exporter", "ObservedOnnxExporter", "OnnxExporter", "export_observed", "export_onnx", "stage"]

@@ -75,3 +75,50 @@ def flatten_dynamic(cache):
             tensors += [layer.keys, layer.values]
         layers.append((_class_path(layer), _init_kwargs(layer), initialized))
     return _pair_names(len(tensors) // 2), tensors, ("layers", tuple(layers))
+
+
+# EncoderDecoderCache: a self-attention cache ("decoder") and a cross-attention cache ("encoder").
+# Leaves per layer in optimum's seq2seq order: "{i}.decoder.key", "{i}.decoder.value",
+# "{i}.encoder.key", "{i}.encoder.value". Each sub-cache is flattened by its own registered
+# flattener (DynamicCache: `flatten_dynamic`), so a still-empty cross cache (before the first
+# decoder step) gives no encoder leaves, like uninitialized DynamicCache layers.
+from .registry import flatten_cache, unflatten_cache  # noqa: E402
+
+_SEQ2SEQ_PARTS = (("self_attention_cache", "decoder"), ("cross_attention_cache", "encoder"))
+
+
+def _split_leaf(leaf: str) -> tuple[int, str]:
+    """``"3.key"`` -> ``(3, "key")``."""
+    index, _, rest = leaf.partition(".")
+    if not index.isdigit() or not rest:
+        raise ValueError(f"sub-cache leaf {leaf!r} is not named '<layer>.<name>'")
+    return int(index), rest
+
+
+def rebuild_encoder_decoder(cls, context, tensors):
+    _, subs, parts, is_updated = context
+    caches = {}
+    for (attr, part), (sub_path, sub_context) in zip(_SEQ2SEQ_PARTS, subs):
+        mine = [t for t, owner in zip(tensors, parts) if owner == part]
+        caches[attr] = unflatten_cache(_resolve(sub_path), sub_context, mine)
+    cache = cls(caches["self_attention_cache"], caches["cross_attention_cache"])
+    # Whether each layer's cross-attention keys/values are already computed: the attention
+    # layers reuse the cross cache instead of recomputing it when this is True.
+    cache.is_updated = dict(is_updated)
+    return cache
+
+
+@register_cache("transformers.cache_utils.EncoderDecoderCache", unflatten=rebuild_encoder_decoder)
+def flatten_encoder_decoder(cache):
+    leaves, subs = [], []
+    for order, (attr, part) in enumerate(_SEQ2SEQ_PARTS):
+        sub = getattr(cache, attr)
+        names, tensors, sub_context = flatten_cache(sub)
+        subs.append((_class_path(sub), sub_context))
+        for position, (name, tensor) in enumerate(zip(names, tensors)):
+            layer, rest = _split_leaf(name)
+            leaves.append(((layer, order, position), f"{layer}.{part}.{rest}", part, tensor))
+    leaves.sort(key=lambda leaf: leaf[0])  # layer by layer, decoder before encoder
+    is_updated = tuple(sorted((int(i), bool(v)) for i, v in getattr(cache, "is_updated", {}).items()))
+    context = ("encoder_decoder", tuple(subs), tuple(leaf[2] for leaf in leaves), is_updated)
+    return [leaf[1] for leaf in leaves], [leaf[3] for leaf in leaves], context

@@ -1,0 +1,85 @@
+"""Python API: export a module observed while running your own code (a pipeline, a custom loop).
+
+    with observe(model) as obs:
+        pipe("some text")
+    result = export_observed(obs, "out_dir", atol=1e-4)
+    result.discrepancies
+
+Inputs default to every tensor or cache the module was called with, in forward order; constants to
+every other named argument that had the same value in every call (e.g. `use_cache=True`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..capture import CaptureError, InputObserver, infer_arguments
+from ..errors import ExportError
+from ..flatten import is_cache
+from .base import ExportContext
+from .onnx import OnnxExporter
+
+
+def default_inputs(observer: InputObserver) -> list[str]:
+    names = {k for c in observer.calls for k, v in c.kwargs.items() if isinstance(v, torch.Tensor) or is_cache(v)}
+    return [p for p in inspect.signature(observer.module.forward).parameters if p in names]
+
+
+def default_constants(observer: InputObserver, inputs: Sequence[str]) -> dict[str, Any]:
+    """Named forward parameters with the same plain value in every call (not those caught by **kwargs)."""
+    params = inspect.signature(observer.module.forward).parameters
+    constants = {}
+    for key, value in observer.calls[0].kwargs.items():
+        if key in inputs or key not in params or not isinstance(value, (bool, int, float, str)):
+            continue
+        if all(c.kwargs.get(key, object()) == value for c in observer.calls):
+            constants[key] = value
+    return constants
+
+
+class ObservedOnnxExporter(OnnxExporter):
+    """The ONNX exporter without its load and capture stages: both were done by the caller."""
+
+    def load(self, ctx: ExportContext) -> None:
+        pass
+
+    def capture(self, ctx: ExportContext) -> None:
+        pass
+
+    def infer(self, ctx: ExportContext) -> None:
+        inputs = ctx.options.get("inputs") or default_inputs(ctx.observer)
+        constants = ctx.options.get("constants")
+        constants = default_constants(ctx.observer, inputs) if constants is None else constants
+        try:
+            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants)
+        except CaptureError as e:
+            raise ExportError(str(e)) from e
+
+    def copy_files(self, ctx: ExportContext) -> None:
+        config = getattr(ctx.model, "config", None)
+        if hasattr(config, "save_pretrained"):
+            config.save_pretrained(ctx.staging)
+
+
+def export_observed(
+    observer: InputObserver,
+    output: str | Path,
+    *,
+    inputs: Sequence[str] | None = None,
+    constants: dict[str, Any] | None = None,
+    **options,
+) -> ExportContext:
+    """Export `observer.module` to `output/model.onnx` from its recorded calls, and check onnxruntime
+    against the recorded outputs (`atol=` makes a larger difference an error)."""
+    ctx = ExportContext(
+        model_id=type(observer.module).__name__,
+        output=Path(output),
+        options=dict(options, inputs=inputs, constants=constants),
+        model=observer.module,
+        observer=observer,
+    )
+    return ObservedOnnxExporter().run(ctx)
