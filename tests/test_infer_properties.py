@@ -143,8 +143,38 @@ def passed_flat(kwargs: dict, exp: Expected) -> dict[str, tuple[int, ...]]:
     return flat
 
 
+def _follows_dynamic() -> bool:
+    """Whether infer_arguments also makes dynamic an axis seen with one size only when it matches a
+    dynamic axis of another input (a change in progress in infer.py); probed, not read."""
+    calls = [Call({"a": torch.zeros(2, 3)}), Call({"a": torch.zeros(2, 4), "b": torch.zeros(5, 4)})]
+    try:
+        return 1 in (infer(calls, ["a", "b"]).dynamic_shapes["b"] or {})
+    except CaptureError:
+        return False
+
+
+FOLLOWS = _follows_dynamic()
+
+
+def dynamic_axes_of(args, exp: Expected) -> dict[str, set[int]]:
+    """The dynamic axes of the result per flat name; checks that they are all Dim.DYNAMIC."""
+    got = {}
+    for n in exp.present:
+        shapes = args.dynamic_shapes[n]
+        if n in exp.leaves:
+            assert isinstance(shapes, (list, tuple)) and len(shapes) == len(exp.leaves[n])
+            got.update((leaf, set(axes)) for leaf, axes in zip(exp.leaves[n], shapes))
+        else:  # a dict of dynamic axes, or None when there is none
+            assert shapes is None or (isinstance(shapes, dict) and shapes), (n, shapes)
+            got[n] = set(shapes or {})
+        for axes in shapes if n in exp.leaves else [shapes or {}]:
+            assert all(v == DYNAMIC for v in axes.values()), (n, axes)
+    return got
+
+
 def check_inference(specs, inputs, constants=None):
-    """Properties 1, 2, 3, 5 and 6 against the oracle; returns (calls, expected, args or None)."""
+    """Properties 1, 2, 3, 5 and 6 against the oracle; returns (calls, expected, args or None).
+    On return, `expected.dynamic` holds the dynamic axes of the result (checked against the oracle)."""
     calls = [build_call(s) for s in specs]
     exp = oracle(specs, inputs)
     try:
@@ -163,6 +193,19 @@ def check_inference(specs, inputs, constants=None):
     assert args.input_names == exp.names
     assert args.shapes == exp.shapes
 
+    # 1: an axis is in dynamic_shapes (as Dim.DYNAMIC) iff its size varies; static axes absent.
+    # (In progress in infer.py: an axis seen with one size only may also be dynamic when it matches,
+    # wherever both appear, a dynamic axis at the same index of another input. Allowed only then.)
+    got = dynamic_axes_of(args, exp)
+    assert set(got) == set(exp.names)
+    for n in exp.names:
+        assert exp.dynamic[n] <= got[n], (n, "varying axes missing", exp.dynamic[n] - got[n])
+        for a in got[n] - exp.dynamic[n]:
+            assert FOLLOWS, (n, a, "never varies but is dynamic")
+            assert any(m != n and a in got[m] and agree(exp.sizes(n, a), exp.sizes(m, a)) for m in exp.names), (n, a)
+    exp.dynamic = got
+    exp.valid = [i for i in exp.complete if all(exp.flats[i][n][a] >= 2 for n in exp.names for a in got[n])]
+
     # 2: the sample is a recorded call that has every input ...
     assert args.sample_call in exp.complete
     sample = calls[args.sample_call].kwargs
@@ -179,14 +222,15 @@ def check_inference(specs, inputs, constants=None):
     for n in exp.names:
         assert len(passed[n]) == len(recorded[n]), n
         for a, (now, before) in enumerate(zip(passed[n], recorded[n])):
-            if a in exp.dynamic[n]:
+            if a in got[n]:
                 assert now >= 2 and now >= before, (n, a, before, now)
             else:
                 assert now == before, (n, a, before, now)
 
     # a grown sample keeps the recorded relations between named axes: axes with one name and equal
     # sizes stay equal, and an axis named "A + B" stays the sum of an A axis and a B axis
-    keys = [(n, a) for n, axes in exp.dynamic.items() for a in sorted(axes)]
+    assert args.axis_names == {n: {a: args.axis_names[n][a] for a in axes} for n, axes in got.items() if axes}
+    keys = [(n, a) for n, axes in got.items() for a in sorted(axes)]
     label = {(n, a): args.axis_names[n][a] for n, a in keys}
     for k1 in keys:
         for k2 in keys:
@@ -199,31 +243,12 @@ def check_inference(specs, inputs, constants=None):
                     if recorded[k1[0]][k1[1]] == recorded[ka[0]][ka[1]] + recorded[kb[0]][kb[1]]:
                         assert passed[k1[0]][k1[1]] == passed[ka[0]][ka[1]] + passed[kb[0]][kb[1]], (k1, ka, kb)
 
-    # 1: an axis is in dynamic_shapes (as Dim.DYNAMIC) iff its size varies; static axes absent
-    for n in exp.present:
-        shapes = args.dynamic_shapes[n]
-        if n in exp.leaves:
-            assert isinstance(shapes, (list, tuple)) and len(shapes) == len(exp.leaves[n])
-            for leaf, axes in zip(exp.leaves[n], shapes):
-                assert set(axes) == exp.dynamic[leaf], leaf
-                assert all(v == DYNAMIC for v in axes.values())
-        elif exp.dynamic[n]:
-            assert set(shapes) == exp.dynamic[n], n
-            assert all(v == DYNAMIC for v in shapes.values())
-        else:
-            assert shapes is None, n
-
     # 6: constants are passed as they are, with a None dynamic shape
     constants = constants or {}
     assert set(args.kwargs) == set(exp.present) | set(constants)
     assert set(args.dynamic_shapes) == set(args.kwargs)
     for k, v in constants.items():
         assert args.kwargs[k] is v and args.dynamic_shapes[k] is None
-
-    # axis names are given for exactly the dynamic axes
-    assert args.axis_names == {
-        n: {a: args.axis_names[n][a] for a in axes} for n, axes in exp.dynamic.items() if axes
-    }
     return calls, exp, args
 
 
@@ -593,3 +618,30 @@ def test_default_options_raise_only_capture_error(example):
         shapes = args.dynamic_shapes[n]
         for leaf, axes in zip(exp.leaves.get(n, [n]), shapes if n in exp.leaves else [shapes or {}]):
             assert all(passed[leaf][a] >= 2 for a in axes), (leaf, axes, passed[leaf])
+
+
+@pytest.mark.xfail(
+    condition=FOLLOWS,
+    strict=True,
+    reason="the in-progress _follow_dynamic makes an axis seen with one size dynamic when it equals, "
+    "at the same index, a dynamic axis of another input: the cache's KV-heads axis (index 1) "
+    "follows input_ids' sequence axis (index 1) whenever heads == new tokens in the cache calls, "
+    "e.g. any one-token generate() of a model with 1 KV head (multi-query attention). It is then "
+    "named 'sequence_length' ('batch_size' with the default dynamic_batch=True, batch 1) and grown "
+    "to 2 heads in the sample. Minimal example: calls "
+    "[{input_ids: (1, 2), attention_mask: (1, 2)}, {input_ids: (1, 1), attention_mask: (1, 3), "
+    "past_key_values: 1 layer (1, 1, 2, 1)}] -> past_key_values.0.key axis 1 dynamic, sample (1, 2, 2, 1)",
+)
+@SETTINGS
+@given(decoder_calls())
+def test_model_dimensions_of_the_cache_stay_static(specs):
+    """Cache axes that never vary (KV heads, head_dim) are not dynamic and keep their size in the
+    sample, whatever the other inputs' sizes (1 in the test above, made explicit here)."""
+    _, exp, args = check_inference(specs, DECODER_INPUTS)
+    if args is None:
+        return
+    recorded = exp.flats[args.sample_call]
+    passed = passed_flat(args.kwargs, exp)
+    for leaf in exp.leaves.get(PAST, []):
+        assert not exp.dynamic[leaf] & {1, 3}, (leaf, exp.dynamic[leaf])
+        assert (passed[leaf][1], passed[leaf][3]) == (recorded[leaf][1], recorded[leaf][3]), leaf

@@ -20,7 +20,7 @@ import torch
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError
 from ..flatten import is_cache
-from .base import ExportContext
+from .base import ExportContext, logger
 from .onnx import OnnxExporter
 
 
@@ -52,6 +52,11 @@ class ObservedOnnxExporter(OnnxExporter):
 
     def infer(self, ctx: ExportContext) -> None:
         inputs = ctx.options.get("inputs") or default_inputs(ctx.observer)
+        if "attention_mask" in inspect.signature(ctx.model.forward).parameters and "attention_mask" not in inputs:
+            logger.warning(
+                "no observed call passed attention_mask (generate drops an all-ones mask): the graph will "
+                "take none and cannot serve padded batches; observe a padded batch to keep it"
+            )
         constants = ctx.options.get("constants")
         constants = default_constants(ctx.observer, inputs) if constants is None else constants
         try:
