@@ -62,6 +62,14 @@ def test_input_present_only_on_first_call_exports_and_runs_with_and_without_it(t
             expected = model(**call).logits
         assert (torch.from_numpy(got) - expected).abs().max().item() < 1e-4
 
+    # A per-input override of the substitution: token types of ones for the later call.
+    ones = {"token_type_ids": lambda sizes: torch.ones(sizes["batch_size"], sizes["sequence_length"], dtype=torch.long)}
+    feed = substitute_missing(flat_inputs(later, list(later)), args, fill=ones)
+    got = session.run(None, {n: feed[n].numpy() for n in args.input_names})[0]
+    with torch.no_grad():
+        expected = model(**later, token_type_ids=torch.ones_like(later["input_ids"])).logits
+    assert (torch.from_numpy(got) - expected).abs().max().item() < 1e-4
+
 
 def test_atol_below_the_measured_difference_fails_naming_the_output(checkpoints, tmp_path):
     out = tmp_path / "onnx"

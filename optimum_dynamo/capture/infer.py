@@ -97,7 +97,14 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
                     return label
         return None
 
-    labels = {id(g): known(g) for g in groups}
+    labels: dict[int, str | None] = {}
+    used: dict[str, int] = {}
+    for group in groups:  # a name is one group's: a second group with the same role gets a suffix
+        label = known(group)
+        if label is not None:
+            used[label] = used.get(label, 0) + 1
+            label = label if used[label] == 1 else f"{label}_{used[label]}"
+        labels[id(group)] = label
 
     def varying(group) -> bool:
         return len({v for v in sizes[group[0]] if v is not None}) > 1
@@ -125,15 +132,26 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
     }
 
 
+def _follows(sizes: list[int | None], leader: list[int | None]) -> bool:
+    """Equal wherever both exist, and the equality is evidence: the leader varies over those calls,
+    or the follower was seen in one call only (a constant 1 heads axis does not follow one-token steps)."""
+    pairs = [(a, b) for a, b in zip(sizes, leader) if a is not None and b is not None]
+    if not pairs or any(a != b for a, b in pairs):
+        return False
+    return sum(v is not None for v in sizes) == 1 or len({b for _, b in pairs}) > 1
+
+
 def _follow_dynamic(flats, names: list[str], dynamic: dict[str, set[int]]) -> None:
-    """An axis seen with one size only (e.g. an input given in one call) becomes dynamic when it equals,
-    at the same index, a dynamic axis of another input in every call where both appear."""
+    """A static axis becomes dynamic when it follows, at the same index, a dynamic axis of another input
+    of the same rank (e.g. `token_type_ids` given in one call only follows `input_ids`)."""
     for n in names:
-        for axis in range(len(shape_of(flats, n))):
-            if axis in dynamic[n]:
-                continue
+        rank = len(shape_of(flats, n))
+        leaders = [m for m in names if m != n and len(shape_of(flats, m)) == rank]
+        for axis in range(rank):
             sizes = _axis_sizes(flats, n, axis)
-            if any(axis in dynamic[m] and _same(sizes, _axis_sizes(flats, m, axis)) for m in names if m != n):
+            if axis not in dynamic[n] and any(
+                axis in dynamic[m] and _follows(sizes, _axis_sizes(flats, m, axis)) for m in leaders
+            ):
                 dynamic[n].add(axis)
 
 
@@ -142,9 +160,12 @@ def shape_of(flats, name: str) -> tuple[int, ...]:
 
 
 def batch_axes(flats: list[dict[str, torch.Tensor]], names: list[str]) -> set[str]:
-    """Inputs whose axis 0 has the first input's size in every call."""
+    """Inputs whose axis 0 has the first input's size in every call (0-d inputs have none)."""
+    ranked = [n for n in names if shape_of(flats, n)]
+    if not ranked or ranked[0] != names[0]:
+        return set()
     first = _axis_sizes(flats, names[0], 0)
-    return {n for n in names if _same(_axis_sizes(flats, n, 0), first)}
+    return {n for n in ranked if _same(_axis_sizes(flats, n, 0), first)}
 
 
 def _extend(t: torch.Tensor, axis: int, extra: int) -> torch.Tensor:
@@ -160,7 +181,10 @@ def _extend(t: torch.Tensor, axis: int, extra: int) -> torch.Tensor:
 def _grown(kwargs: dict[str, Any], dynamic: dict[str, set[int]], labels: dict[str, dict[int, str]]) -> dict:
     """Grow every short dynamic axis of a sample to 2, keeping "A + B" axes equal to the sum."""
     flat = flat_inputs(kwargs, list(kwargs))
-    sizes = {labels[n][a]: flat[n].shape[a] for n in dynamic if n in flat for a in dynamic[n]}
+    sizes: dict[str, int] = {}
+    for n in dynamic:
+        for a in dynamic[n] if n in flat else ():
+            sizes[labels[n][a]] = min(sizes.get(labels[n][a], flat[n].shape[a]), flat[n].shape[a])
     extra = {label: max(0, 2 - size) for label, size in sizes.items() if " + " not in label}
     extra.update({label: sum(extra.get(p, 0) for p in label.split(" + ")) for label in sizes if " + " in label})
 
@@ -194,8 +218,8 @@ def infer_arguments(
     `dynamic_batch=False` keeps a batch size that never varied fixed."""
     if not calls:
         raise CaptureError("no forward call was recorded: nothing to infer the export inputs from")
-    present = [n for n in inputs if any(c.kwargs.get(n) is not None for c in calls)]
-    flats = [flat_inputs(c.kwargs, present) for c in calls]
+    flats = [flat_inputs(c.kwargs, inputs) for c in calls]
+    present = [n for n in inputs if any(k == n or k.startswith(n + ".") for f in flats for k in f)]
     names = _ordered_union(flats, present)
     shapes = {n: [tuple(f[n].shape) for f in flats if n in f] for n in names}
     dynamic = {n: _dynamic_axes(shapes[n], n) for n in names}

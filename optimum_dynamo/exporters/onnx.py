@@ -90,7 +90,9 @@ class OnnxExporter(Exporter):
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(ctx.staging / ONNX_FILE), providers=["CPUExecutionProvider"])
-        ctx.discrepancies = compare(session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.model)
+        ctx.discrepancies = compare(
+            session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.model, ctx.options.get("fill")
+        )
         logger.info("    onnxruntime vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
         atol = ctx.options.get("atol")
         worst = max(ctx.discrepancies, key=lambda r: r.max_abs, default=None)

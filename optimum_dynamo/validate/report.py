@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -24,9 +24,15 @@ class Discrepancy:
     calls: int
 
 
-def substitute_missing(flat: dict[str, torch.Tensor], args: ExportArguments) -> dict[str, torch.Tensor]:
+Fill = Callable[[dict[str, int]], torch.Tensor]
+
+
+def substitute_missing(
+    flat: dict[str, torch.Tensor], args: ExportArguments, fill: dict[str, Fill] | None = None
+) -> dict[str, torch.Tensor]:
     """Fill inputs absent from a call (an empty cache on the first step): zeros shaped like the
-    sample, each named axis taking its size from the call's present inputs, other varying axes 0."""
+    sample, each named axis taking its size from the call's present inputs, other varying axes 0.
+    `fill[name](sizes)` overrides one input: it gets the call's named axis sizes, returns the tensor."""
     sizes = {
         label: flat[name].shape[axis]
         for name, axes in args.axis_names.items()
@@ -36,7 +42,11 @@ def substitute_missing(flat: dict[str, torch.Tensor], args: ExportArguments) -> 
     sample = flat_inputs(args.kwargs, list(args.kwargs))
     filled = dict(flat)
     for name in args.input_names:
-        if name not in flat:
+        if name in flat:
+            continue
+        if fill and name in fill:
+            filled[name] = fill[name](sizes)
+        else:
             shape = list(sample[name].shape)
             for axis, label in args.axis_names.get(name, {}).items():
                 shape[axis] = sizes.get(label, 0)
@@ -85,7 +95,9 @@ def _unmasked(mask: torch.Tensor | None, shape: tuple[int, ...], axis: int | Non
     return np.broadcast_to(keep.reshape(view), shape)
 
 
-def compare(session, calls: Sequence[Call], args: ExportArguments, output_names: list[str], model) -> list[Discrepancy]:
+def compare(
+    session, calls: Sequence[Call], args: ExportArguments, output_names: list[str], model, fill: dict[str, Fill] | None = None
+) -> list[Discrepancy]:
     """Run `session` on every recorded call and compare each output with PyTorch's: the recorded
     output, or `model` run again on the same inputs when some were substituted. Positions hidden
     by the attention mask are left out (padding computes different garbage in each runtime)."""
@@ -94,7 +106,7 @@ def compare(session, calls: Sequence[Call], args: ExportArguments, output_names:
     worst: dict[str, Discrepancy] = {}
     for i, call in enumerate(tqdm(calls, desc="validate", unit="call", leave=False, disable=len(calls) < 8)):
         flat = flat_inputs(call.kwargs, kwarg_names)
-        feed = substitute_missing(flat, args)
+        feed = substitute_missing(flat, args, fill)
         results = session.run(None, {n: feed[n].numpy() for n in args.input_names})
         if len(feed) > len(flat):
             with torch.no_grad():
