@@ -7,7 +7,7 @@ import inspect
 
 import torch
 
-from .registry import register_cache
+from .registry import flatten_cache, register_cache, unflatten_cache
 
 
 def _class_path(obj_or_cls) -> str:
@@ -82,7 +82,6 @@ def flatten_dynamic(cache):
 # "{i}.encoder.key", "{i}.encoder.value". Each sub-cache is flattened by its own registered
 # flattener (DynamicCache: `flatten_dynamic`), so a still-empty cross cache (before the first
 # decoder step) gives no encoder leaves, like uninitialized DynamicCache layers.
-from .registry import flatten_cache, unflatten_cache  # noqa: E402
 
 _SEQ2SEQ_PARTS = (("self_attention_cache", "decoder"), ("cross_attention_cache", "encoder"))
 
