@@ -26,10 +26,20 @@ def add_cli_arguments(parser) -> None:
         help="Export with torch.export and the dynamo ONNX exporter (optimum-dynamo): inputs and dynamic "
         "axes are inferred by running the model, no per-model configuration is needed.",
     )
+    group.add_argument(
+        "--no-fallback",
+        action="store_true",
+        help="With --dynamo: fail instead of falling back to the torchscript exporter when the dynamo export fails.",
+    )
+
+
+def _error(message: str) -> SystemExit:
+    return SystemExit(f"optimum-cli export onnx --dynamo: error: {message}")
 
 
 def run_cli(args) -> None:
-    """`optimum-cli export onnx --dynamo ...`: one error line and exit status 1 on bad input."""
+    """`optimum-cli export onnx --dynamo ...`: one error line and exit status 1 on bad input; when the
+    dynamo export itself fails, the torchscript exporter takes over (unless --no-fallback)."""
     from .exporters import export_onnx
 
     logger = logging.getLogger("optimum_dynamo")
@@ -38,20 +48,37 @@ def run_cli(args) -> None:
         logger.setLevel(logging.INFO)
         logger.propagate = False
     if args.no_dynamic_axes:
-        raise SystemExit("optimum-cli export onnx --dynamo: error: --no-dynamic-axes is not supported with --dynamo")
+        raise _error("--no-dynamic-axes is not supported with --dynamo")
+    options = dict(opset=args.opset, atol=args.atol, trust_remote_code=args.trust_remote_code,
+                   hub_options={"cache_dir": args.cache_dir} if args.cache_dir else {})
     try:
-        export_onnx(
-            args.model,
-            args.output,
-            task=args.task,
-            opset=args.opset,
-            atol=args.atol,
-            trust_remote_code=args.trust_remote_code,
-            hub_options={"cache_dir": args.cache_dir} if args.cache_dir else {},
-        )
+        ctx = export_onnx(args.model, args.output, task=args.task, **options)
     except ExportError as e:
-        raise SystemExit(f"optimum-cli export onnx --dynamo: error: {e}") from None
-    print(f"Exported to {Path(args.output).resolve()}", file=sys.stderr)
+        raise _error(str(e)) from None
+    except Exception as e:  # the dynamo export failed on a valid model: try the legacy exporter
+        _fall_back(args, e)
+    else:
+        logger.info("Exported to %s (%s)", Path(args.output).resolve(), ctx.task.name)
+
+
+def _fall_back(args, error: Exception) -> None:
+    from legacy_bridge.torchscript import export_torchscript, has_onnx_config
+    from transformers import AutoConfig
+
+    from .manifest import write_fallback_manifest
+    from .tasks import resolve_task
+
+    reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+    config = AutoConfig.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    task = resolve_task(args.task, args.model, config).name
+    if args.no_fallback or not has_onnx_config(config.model_type, task):
+        why = "--no-fallback" if args.no_fallback else f"no torchscript OnnxConfig for {config.model_type}/{task}"
+        raise _error(f"dynamo export failed ({reason}); no fallback: {why}") from error
+    print(f"optimum-cli export onnx --dynamo: warning: dynamo export failed ({reason}); "
+          "falling back to the torchscript exporter (--no-fallback to fail instead)", file=sys.stderr)
+    export_torchscript(args.model, Path(args.output), task, opset=args.opset, atol=args.atol,
+                       trust_remote_code=args.trust_remote_code, do_validation=False)
+    write_fallback_manifest(args.output, model=args.model, task=task, reason=reason)
 
 
 def install_cli(command_class) -> None:
@@ -65,7 +92,12 @@ def install_cli(command_class) -> None:
 
     @functools.wraps(run)
     def run_with_dynamo(self):
-        return run_cli(self.args) if getattr(self.args, "dynamo", False) else run(self)
+        if getattr(self.args, "dynamo", False):
+            return run_cli(self.args)
+        from legacy_bridge.torchscript import deprecation_notice
+
+        deprecation_notice()
+        return run(self)
 
     command_class.parse_args = staticmethod(parse_args_with_dynamo)
     command_class.run = run_with_dynamo

@@ -36,6 +36,15 @@ def write_manifest(ctx, **fields: Any) -> None:
     (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
 
 
+def write_fallback_manifest(directory, *, model: str, task: str, reason: str) -> None:
+    """The manifest of an export the torchscript fallback produced."""
+    from pathlib import Path
+
+    data = {"exporter": "torchscript-fallback", "model": model, "task": task, "fallback_reason": reason,
+            "versions": versions()}
+    (Path(directory) / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
 def read_manifest(directory) -> dict[str, Any]:
     from pathlib import Path
 
