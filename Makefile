@@ -1,10 +1,17 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
 
-.PHONY: env-t4 env-t5 test test-t4 test-t5 test-all demo docs clean
+.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all demo docs clean
 
+env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
 env-t5: .venv-t5/.done
+
+.venv-t3/.done: .ci/t3.txt pyproject.toml
+	$(PYTHON) -m venv .venv-t3
+	.venv-t3/bin/pip install -q -r .ci/t3.txt
+	.venv-t3/bin/pip install -q --no-deps -e .
+	touch $@
 
 .venv-t4/.done: .ci/t4.txt pyproject.toml
 	$(PYTHON) -m venv .venv-t4
@@ -23,6 +30,9 @@ env-t5: .venv-t5/.done
 test-t4: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m pytest $(PYTEST_ARGS) tests
 
+test-t3: env-t3
+	HF_HUB_OFFLINE=1 .venv-t3/bin/python -m pytest $(PYTEST_ARGS) tests/test_flatten.py tests/test_caches.py
+
 test-t5: env-t5
 	HF_HUB_OFFLINE=1 .venv-t5/bin/python -m pytest $(PYTEST_ARGS) tests
 
@@ -32,6 +42,7 @@ test: env-t4 env-t5
 
 test-all:
 	$(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS) --runslow"
+	$(MAKE) test-t3
 
 demo: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m optimum_dynamo.demo
@@ -42,4 +53,4 @@ docs:
 	.venv-docs/bin/mkdocs build --strict
 
 clean:
-	rm -rf .venv-t4 .venv-t5 .venv-docs build *.egg-info
+	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-docs build *.egg-info
