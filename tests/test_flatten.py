@@ -3,6 +3,7 @@
 import optree
 import pytest
 import torch
+import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree
 from transformers import DynamicCache
 
@@ -74,6 +75,7 @@ def _node_fns(cls):
 
 def test_registration_reaches_pytree_and_optree_and_is_reversible():
     before = _node_fns(DynamicCache)  # transformers < 4.54 registers it itself
+    fx_before = fx_pytree.SUPPORTED_NODES.get(DynamicCache)
     cache = _cache(layers=2)
     with flatten.registered():
         leaves, spec = pytree.tree_flatten({"past_key_values": cache})
@@ -86,6 +88,7 @@ def test_registration_reaches_pytree_and_optree_and_is_reversible():
             pass
         assert flatten.is_registered(DynamicCache)
     assert _node_fns(DynamicCache) == before
+    assert fx_pytree.SUPPORTED_NODES.get(DynamicCache) is fx_before
     if before is None:
         assert optree.tree_leaves(cache, namespace="torch") == [cache]
 
@@ -120,3 +123,19 @@ def test_unknown_cache_class_is_an_error():
 
     with pytest.raises(TypeError, match="no flattening registered"):
         flatten.flatten_cache(MyCache())
+
+
+def test_exported_program_with_a_cache_input_survives_save_and_load(tmp_path):
+    class LastKeys(torch.nn.Module):
+        def forward(self, past_key_values):
+            return past_key_values.key_cache[-1] * 2 if not hasattr(past_key_values, "layers") else (
+                past_key_values.layers[-1].keys * 2
+            )
+
+    cache = _cache(layers=2)
+    with flatten.registered():
+        program = torch.export.export(LastKeys(), (cache,), strict=False)
+        torch.export.save(program, tmp_path / "program.pt2")
+        loaded = torch.export.load(tmp_path / "program.pt2")
+        other = _cache(layers=2)
+        assert torch.equal(loaded.module()(other), _tensors(other)[-2] * 2)

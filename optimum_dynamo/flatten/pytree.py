@@ -1,16 +1,19 @@
 """Reversible registration of the cache registry with torch.utils._pytree and optree.
 
 torch's `register_pytree_node` also registers in optree's "torch" namespace, which is what
-torch.export, torch.onnx and `torch.utils._cxx_pytree` use. A registration that existed before
-(transformers' executorch helper, onnx-diagnostic) is put back on exit.
+torch.export, torch.onnx and `torch.utils._cxx_pytree` use; the FX flatten spec (used by
+`ExportedProgram.module()`) is set too. A registration that existed before (transformers < 4.54 at
+import, its executorch helper, onnx-diagnostic) is put back on exit.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import contextmanager
 
 import optree
+import torch.fx._pytree as fx_pytree
 import torch.utils._cxx_pytree  # noqa: F401  (so registration reaches optree at once)
 import torch.utils._pytree as pytree
 
@@ -36,10 +39,24 @@ def _node_fns(cls):
     return flatten, flatten_with_keys, unflatten
 
 
+def _tuples(value):
+    """JSON gives lists back; contexts are compared as tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _dump_context(context) -> str:
+    return json.dumps(context)
+
+
+def _load_context(text: str):
+    return _tuples(json.loads(text))
+
+
 def _remove(cls) -> tuple | None:
     """Deregister `cls` everywhere; return what was there so it can be restored."""
+    fx_spec = (fx_pytree.SUPPORTED_NODES.pop(cls, None), fx_pytree.SUPPORTED_NODES_EXACT_MATCH.pop(cls, None))
     if cls not in pytree.SUPPORTED_NODES:
-        return None
+        return None if fx_spec[0] is None else (None, None, fx_spec)
     node = pytree.SUPPORTED_NODES[cls]
     serialized = pytree.SUPPORTED_SERIALIZED_TYPES[cls]
     pytree._deregister_pytree_node(cls)
@@ -47,7 +64,7 @@ def _remove(cls) -> tuple | None:
         optree.unregister_pytree_node(cls, namespace="torch")
     except ValueError:
         pass
-    return node, serialized
+    return node, serialized, fx_spec
 
 
 def _add(cls, flatten, unflatten, flatten_with_keys, serialized_type_name, to_ctx=None, from_ctx=None):
@@ -75,7 +92,8 @@ def register() -> None:
                 continue
             _saved[cls] = _remove(cls)
             flatten, flatten_with_keys, unflatten = _node_fns(cls)
-            _add(cls, flatten, unflatten, flatten_with_keys, f"optimum_dynamo:{kind.path}")
+            _add(cls, flatten, unflatten, flatten_with_keys, f"optimum_dynamo:{kind.path}", _dump_context, _load_context)
+            fx_pytree.register_pytree_flatten_spec(cls, lambda obj, spec: flatten_cache(obj)[1])
 
 
 def unregister() -> None:
@@ -88,8 +106,12 @@ def unregister() -> None:
             return
         for cls, previous in _saved.items():
             _remove(cls)
-            if previous is not None:
-                node, serialized = previous
+            if previous is None:
+                continue
+            node, serialized, fx_spec = previous
+            if fx_spec[0] is not None:
+                fx_pytree.register_pytree_flatten_spec(cls, *fx_spec)
+            if node is not None:
                 _add(
                     cls,
                     node.flatten_fn,
