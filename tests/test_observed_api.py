@@ -79,3 +79,21 @@ def test_atol_below_the_measured_difference_fails_naming_the_output(checkpoints,
     assert len(errors) == 1 and "differs from PyTorch by" in errors[0] and "> atol 1e-12" in errors[0]
     assert "output 'logits'" in errors[0] or "output 'present." in errors[0]
     assert not out.exists()
+
+
+def test_sequence_forced_dynamic_when_every_call_had_the_same_length(tmp_path):
+    path = save_tiny_model("bert", "text-classification", tmp_path / "bert")
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    g = torch.Generator().manual_seed(0)
+    with observe(model) as obs, torch.no_grad():
+        for batch in (2, 3):  # always 6 tokens
+            model(input_ids=torch.randint(5, 100, (batch, 6), generator=g), attention_mask=torch.ones(batch, 6, dtype=torch.long))
+    result = export_observed(obs, tmp_path / "onnx", dynamic_sequence=True)
+    assert result.arguments.axis_names["attention_mask"] == {0: "batch_size", 1: "sequence_length"}
+    session = _session(tmp_path / "onnx")
+    ids = torch.randint(5, 100, (4, 11), generator=g)
+    feed = {"input_ids": ids.numpy(), "attention_mask": torch.ones(4, 11, dtype=torch.long).numpy()}
+    got = torch.from_numpy(session.run(None, feed)[0])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=torch.ones(4, 11, dtype=torch.long)).logits
+    assert (got - expected).abs().max().item() < 1e-4

@@ -168,6 +168,17 @@ def batch_axes(flats: list[dict[str, torch.Tensor]], names: list[str]) -> set[st
     return {n for n in ranked if _same(_axis_sizes(flats, n, 0), first)}
 
 
+def sequence_axes(flats: list[dict[str, torch.Tensor]], names: list[str]) -> set[str]:
+    """`input_ids`/`inputs_embeds`, and inputs of the same rank whose axis 1 has their length in every call."""
+    leaders = [n for n in ("input_ids", "inputs_embeds") if n in names]
+    return {
+        n
+        for lead in leaders
+        for n in names
+        if len(shape_of(flats, n)) == len(shape_of(flats, lead)) and _same(_axis_sizes(flats, n, 1), _axis_sizes(flats, lead, 1))
+    }
+
+
 def _extend(t: torch.Tensor, axis: int, extra: int) -> torch.Tensor:
     """`t` with `extra` more entries on `axis`: copies of the last slice, or zeros if it has none."""
     if t.shape[axis] == 0:
@@ -213,9 +224,11 @@ def infer_arguments(
     constants: dict[str, Any] | None = None,
     *,
     dynamic_batch: bool = True,
+    dynamic_sequence: bool = False,
 ) -> ExportArguments:
     """Export arguments for the kwargs `inputs` (in graph order), plus fixed `constants`.
-    `dynamic_batch=False` keeps a batch size that never varied fixed."""
+    `dynamic_batch=False` keeps a batch size that never varied fixed; `dynamic_sequence=True` makes
+    the sequence axis dynamic even when every call had the same length."""
     if not calls:
         raise CaptureError("no forward call was recorded: nothing to infer the export inputs from")
     flats = [flat_inputs(c.kwargs, inputs) for c in calls]
@@ -224,9 +237,11 @@ def infer_arguments(
     shapes = {n: [tuple(f[n].shape) for f in flats if n in f] for n in names}
     dynamic = {n: _dynamic_axes(shapes[n], n) for n in names}
     forced = {n for n in batch_axes(flats, names) if 0 not in dynamic[n]} if dynamic_batch else set()
-
     for n in forced:
         dynamic[n].add(0)
+    if dynamic_sequence:
+        for n in sequence_axes(flats, names):
+            dynamic[n].add(1)
     _follow_dynamic(flats, names, dynamic)
 
     def ready(i: int) -> tuple[int, int]:

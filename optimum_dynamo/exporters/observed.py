@@ -59,8 +59,9 @@ class ObservedOnnxExporter(OnnxExporter):
             )
         constants = ctx.options.get("constants")
         constants = default_constants(ctx.observer, inputs) if constants is None else constants
+        forced = {k: ctx.options[k] for k in ("dynamic_batch", "dynamic_sequence") if ctx.options.get(k) is not None}
         try:
-            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants)
+            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants, **forced)
         except CaptureError as e:
             raise ExportError(str(e)) from e
 
