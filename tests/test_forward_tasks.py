@@ -4,7 +4,7 @@ at a batch size and sequence length (or image size) not seen during capture."""
 import pytest
 import torch
 from optimum.exporters.tasks import TasksManager
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, ViTImageProcessor
 
 import optimum.onnxruntime as ort
 from optimum_dynamo.manifest import read_manifest
@@ -45,10 +45,13 @@ def _inputs(model_type, task, path):
 @pytest.mark.parametrize("model_type,task,runtime_class", CASES)
 def test_cli_export_loads_in_runtime_class_with_parity(model_type, task, runtime_class, tmp_path):
     checkpoint = save_tiny_model(model_type, task, tmp_path / "checkpoint")
+    if model_type == "vit":  # a checkpoint with an image processor: capture goes through it
+        ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(checkpoint)
     out = tmp_path / "onnx"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoint, "--task", task, out)
     assert run.returncode == 0, run.stderr[-3000:]
     assert read_manifest(out)["task"] == task
+    assert (out / "preprocessor_config.json").exists() == (model_type == "vit")
 
     ort_model = getattr(ort, runtime_class).from_pretrained(out)
     torch_model = TasksManager.get_model_class_for_task(task).from_pretrained(checkpoint).eval()

@@ -122,7 +122,16 @@ def _image_size(config) -> int:
 
 @torch.no_grad()
 def drive_image_forward(model, processor=None) -> None:
-    """Image tasks: batch 2 then 3, and a second image size when the model accepts one."""
+    """Image tasks: batch 2 then 3, and a second image size when the model accepts one. With the
+    checkpoint's image processor, random images of two sizes go through it (it resizes them)."""
+    if processor is not None and hasattr(processor, "preprocess"):
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        for batch, (height, width) in ((2, (40, 48)), (3, (56, 64))):
+            images = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(batch)]
+            model(pixel_values=processor(images=images, return_tensors="pt")["pixel_values"])
+        return
     config = model.config
     channels, size = getattr(config, "num_channels", 3), _image_size(config)
     g = torch.Generator().manual_seed(0)

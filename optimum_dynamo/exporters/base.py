@@ -105,7 +105,7 @@ class Exporter:
     # ── Stage: load ──
     @stage("load model")
     def load(self, ctx: ExportContext) -> None:
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoConfig
 
         path = Path(ctx.model_id)
         if not path.is_dir() and (path.is_absolute() or ctx.model_id.startswith(".") or path.exists()):
@@ -118,10 +118,7 @@ class Exporter:
         ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
         ctx.model = auto_class.from_pretrained(ctx.model_id, config=ctx.config, **kwargs).eval()
-        try:
-            ctx.tokenizer = AutoTokenizer.from_pretrained(ctx.model_id, **kwargs)
-        except Exception:  # a checkpoint without a tokenizer: samples are synthesized
-            ctx.tokenizer = None
+        ctx.tokenizer = _preprocessor(ctx.model_id, kwargs)
 
     # ── Stage: capture ──
     @stage("capture generation")
@@ -153,6 +150,18 @@ class Exporter:
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
                 )
+
+
+def _preprocessor(model_id: str, kwargs: dict):
+    """The checkpoint's tokenizer, else its image processor, else None (samples are then synthesized)."""
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    for auto in (AutoTokenizer, AutoImageProcessor):
+        try:
+            return auto.from_pretrained(model_id, **kwargs)
+        except Exception:
+            continue
+    return None
 
 
 def _tasks_auto_class(base_task: str):
