@@ -117,7 +117,7 @@ class Exporter:
             raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0]}") from e
         ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
-        ctx.model = auto_class.from_pretrained(ctx.model_id, config=ctx.config, **kwargs).eval()
+        ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
         ctx.tokenizer = _preprocessor(ctx.model_id, kwargs)
 
     # ── Stage: capture ──
@@ -150,6 +150,19 @@ class Exporter:
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
                 )
+
+
+def _load_model(auto_class, model_id: str, config, kwargs: dict):
+    """transformers >= 5 runs MoE experts as grouped matmuls by default, a custom op ONNX cannot translate:
+    ask for batched matmuls (models without experts refuse the option and load as they are)."""
+    from transformers import PreTrainedModel
+
+    if hasattr(PreTrainedModel, "_check_and_adjust_experts_implementation"):
+        try:
+            return auto_class.from_pretrained(model_id, config=config, experts_implementation="batched_mm", **kwargs).eval()
+        except (ValueError, TypeError):
+            pass
+    return auto_class.from_pretrained(model_id, config=config, **kwargs).eval()
 
 
 def _preprocessor(model_id: str, kwargs: dict):
