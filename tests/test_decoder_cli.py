@@ -72,13 +72,10 @@ def test_from_pretrained_export_dynamo(checkpoints):
     assert_causal_lm_parity(ort_model, torch_model, padded_batch(AutoTokenizer.from_pretrained(ckpt)))
 
 
-@pytest.mark.skipif(
-    not hasattr(__import__("transformers").PreTrainedModel, "_check_and_adjust_experts_implementation"),
-    reason="MoE routing in transformers 4 loops over the experts hit (data-dependent): needs a dense-experts "
-    "patch (issue 4)",
-)
-def test_moe_exports_with_batched_experts(checkpoints, dynamo_exports):
-    out = dynamo_exports("mixtral")
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+def test_moe_exports(model_type, checkpoints, dynamo_exports):
+    """transformers 5: batched-matmul experts; transformers 4: the dense-experts patch."""
+    out = dynamo_exports(model_type)
     ort_model = ORTModelForCausalLM.from_pretrained(out)
-    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("mixtral")).eval()
+    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints(model_type)).eval()
     assert_causal_lm_parity(ort_model, torch_model, padded_batch(AutoTokenizer.from_pretrained(out)))

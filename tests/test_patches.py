@@ -1,6 +1,7 @@
 """The patch registry: version gates, signature checks, restore on exit and on failure."""
 
 import pytest
+import torch
 import torch.utils._pytree as pytree
 import transformers.masking_utils as masking_utils
 import transformers.models.llama.modeling_llama as modeling_llama
@@ -61,3 +62,24 @@ def test_failing_export_restores_everything(checkpoints, tmp_path):
     assert DynamicCache not in pytree.SUPPORTED_NODES
     assert not (tmp_path / "out").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_dense_moe_patch_equals_the_routing_loop():
+    """Where the dense-experts patch is active (transformers 4), it computes what the original block does."""
+    from transformers import AutoModelForCausalLM
+
+    from optimum_dynamo.patches.transformers_moe import dense_mixtral_moe
+    from optimum_dynamo.tiny import tiny_config
+
+    patch = next((p for p in patches.active_patches() if p.replacement is dense_mixtral_moe), None)
+    if patch is None:
+        pytest.skip("transformers >= 5 loads MoE with batched-matmul experts instead")
+    torch.manual_seed(0)
+    block = AutoModelForCausalLM.from_config(tiny_config("mixtral")).model.layers[0].block_sparse_moe.eval()
+    hidden = torch.randn(3, 5, 32)
+    with torch.no_grad():
+        expected, expected_logits = block(hidden)
+        with patches.applied([patch]):
+            got, logits = block(hidden)
+    assert torch.equal(logits, expected_logits)
+    assert (got - expected).abs().max().item() < 1e-6
