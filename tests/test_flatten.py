@@ -1,5 +1,7 @@
 """The cache registry: round trips, optimum names, reversible pytree/optree registration."""
 
+import logging
+
 import optree
 import pytest
 import torch
@@ -136,6 +138,13 @@ def test_exported_program_with_a_cache_input_survives_save_and_load(tmp_path):
     with flatten.registered():
         program = torch.export.export(LastKeys(), (cache,), strict=False)
         torch.export.save(program, tmp_path / "program.pt2")
-        loaded = torch.export.load(tmp_path / "program.pt2")
+        # torch 2.13 logs a warning with a broken format string when the example inputs need
+        # weights_only=False; pytest's log capture turns that into an error, so quiet that logger.
+        serde_log = logging.getLogger("torch._export.serde.serialize")
+        level, serde_log.level = serde_log.level, logging.ERROR
+        try:
+            loaded = torch.export.load(tmp_path / "program.pt2")
+        finally:
+            serde_log.setLevel(level)
         other = _cache(layers=2)
         assert torch.equal(loaded.module()(other), _tensors(other)[-2] * 2)
