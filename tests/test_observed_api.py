@@ -97,3 +97,24 @@ def test_sequence_forced_dynamic_when_every_call_had_the_same_length(tmp_path):
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=torch.ones(4, 11, dtype=torch.long)).logits
     assert (got - expected).abs().max().item() < 1e-4
+
+
+def test_nan_outputs_count_as_the_worst_difference(tmp_path):
+    """A NaN in onnxruntime's output must not look like a small difference (real ORT session, x / x)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from optimum_dynamo.capture import Call, ExportArguments
+    from optimum_dynamo.validate import compare
+
+    graph = helper.make_graph(
+        [helper.make_node("Div", ["x", "x"], ["y"])], "nan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, tmp_path / "nan.onnx")
+    session = onnxruntime.InferenceSession(str(tmp_path / "nan.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.tensor([0.0, 1.0, 2.0])
+    args = ExportArguments(kwargs={"x": x}, dynamic_shapes={"x": None}, input_names=["x"], axis_names={}, sample_call=0)
+    (row,) = compare(session, [Call({"x": x}, {"y": torch.ones(3)})], args, ["y"], model=None)
+    assert row.output == "y" and row.max_abs == float("inf")

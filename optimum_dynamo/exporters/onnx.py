@@ -19,6 +19,7 @@ from .base import ExportContext, Exporter, logger, stage
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
+WARN_ABOVE = 1e-3  # without --atol, a larger difference is reported as a warning
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
 
@@ -96,6 +97,11 @@ class OnnxExporter(Exporter):
         logger.info("    onnxruntime vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
         atol = ctx.options.get("atol")
         worst = max(ctx.discrepancies, key=lambda r: r.max_abs, default=None)
+        if atol is None and worst is not None and worst.max_abs > WARN_ABOVE:
+            logger.warning(
+                "    warning: output %r differs from PyTorch by %.3e (> %g); pass --atol to make this an error",
+                worst.output, worst.max_abs, WARN_ABOVE,
+            )
         if atol is not None and worst is not None and worst.max_abs > atol:
             raise ExportError(
                 f"output {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} > atol {atol:g} "

@@ -124,6 +124,7 @@ def compare(
             keep = _unmasked(feed.get("attention_mask"), got.shape, positions.get(name))
             if keep is not None:
                 diff, ref = diff[keep], ref[keep]
+            diff = np.nan_to_num(diff, nan=np.inf)  # a NaN on either side is the worst difference
             abs_err = float(diff.max(initial=0.0))
             rel_err = float((diff / (np.abs(ref) + 1e-6)).max(initial=0.0))
             row = worst.setdefault(name, Discrepancy(name, 0.0, 0.0, i, 0))
