@@ -1,16 +1,13 @@
 """The torchscript exporter of optimum-onnx as the fallback of `--dynamo`, until its deprecation.
 
 `has_onnx_config` asks optimum's task registry whether a legacy OnnxConfig covers (model type, task);
-`export_torchscript` runs optimum's `main_export` into a staging directory and moves the files in place
-only when it succeeded, so a failed fallback leaves nothing behind either.
+`export_torchscript` runs optimum's `main_export`.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 DEPRECATION = (
@@ -38,21 +35,7 @@ def has_onnx_config(model_type: str, task: str) -> bool:
 
 
 def export_torchscript(model_id: str, output: Path, task: str, **kwargs) -> None:
+    """optimum's torchscript `main_export` into `output` (the caller stages it)."""
     from optimum.exporters.onnx import main_export
 
-    output = Path(output)
-    created = [p for p in [output, *output.parents] if not p.exists()]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".optimum-torchscript-", dir=output.parent))
-    try:
-        main_export(model_name_or_path=model_id, output=staging, task=task, **kwargs)
-        output.mkdir(exist_ok=True)
-        for item in staging.iterdir():
-            item.replace(output / item.name)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        for path in created[1:]:
-            path.rmdir()
-        raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    main_export(model_name_or_path=model_id, output=Path(output), task=task, **kwargs)

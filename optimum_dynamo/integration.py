@@ -66,6 +66,7 @@ def _fall_back(args, error: Exception) -> None:
     from transformers import AutoConfig
 
     from .manifest import write_fallback_manifest
+    from .staging import staged
     from .tasks import resolve_task
 
     reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
@@ -76,9 +77,10 @@ def _fall_back(args, error: Exception) -> None:
         raise _error(f"dynamo export failed ({reason}); no fallback: {why}") from error
     print(f"optimum-cli export onnx --dynamo: warning: dynamo export failed ({reason}); "
           "falling back to the torchscript exporter (--no-fallback to fail instead)", file=sys.stderr)
-    export_torchscript(args.model, Path(args.output), task, opset=args.opset, atol=args.atol,
-                       trust_remote_code=args.trust_remote_code, do_validation=False)
-    write_fallback_manifest(args.output, model=args.model, task=task, reason=reason)
+    with staged(Path(args.output)) as staging:  # a failed fallback leaves nothing behind either
+        export_torchscript(args.model, staging, task, opset=args.opset, atol=args.atol,
+                           trust_remote_code=args.trust_remote_code, do_validation=False)
+        write_fallback_manifest(staging, model=args.model, task=task, reason=reason)
 
 
 def install_cli(command_class) -> None:

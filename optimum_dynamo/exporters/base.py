@@ -4,15 +4,13 @@ they are defined, base class first. The stages shared by every backend live here
     load -> capture -> infer arguments -> torch.export
 
 Backends (ONNX, .pt2, ExecuTorch) add their own stages after these. Files are written to a
-staging directory beside the output and moved in place only when every stage has passed.
+staging directory (`staging.staged`) and moved in place only when every stage has passed.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ import torch
 from .. import flatten, patches
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError
+from ..staging import staged
 from ..tasks import Task, resolve_task
 
 logger = logging.getLogger("optimum_dynamo")
@@ -71,28 +70,8 @@ class Exporter:
         return found
 
     def run(self, ctx: ExportContext) -> ExportContext:
-        stages = self.stages()
-        created = [p for p in [ctx.output, *ctx.output.parents] if not p.exists()]
-        ctx.output.parent.mkdir(parents=True, exist_ok=True)
-        ctx.staging = Path(tempfile.mkdtemp(prefix=".optimum-dynamo-", dir=ctx.output.parent))
-        try:
-            with flatten.registered():  # export, decomposition and validation all walk cache pytrees
-                self._run_stages(ctx, stages)
-            ctx.output.mkdir(exist_ok=True)
-            for item in ctx.staging.iterdir():
-                target = ctx.output / item.name
-                if target.is_dir():
-                    shutil.rmtree(target)
-                item.replace(target)
-        except BaseException:
-            shutil.rmtree(ctx.staging, ignore_errors=True)
-            if ctx.output in created and ctx.output.exists():
-                shutil.rmtree(ctx.output)
-            for parent in created[1:]:  # directories this run made for the output, deepest first
-                parent.rmdir()
-            raise
-        finally:
-            shutil.rmtree(ctx.staging, ignore_errors=True)
+        with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
+            self._run_stages(ctx, self.stages())
         return ctx
 
     def _run_stages(self, ctx: ExportContext, stages) -> None:
