@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..flatten import flat_inputs, flatten_cache, input_name, is_cache, unflatten_cache
+from ..flatten import bounded_inputs, flat_inputs, flatten_cache, input_name, is_cache, unflatten_cache
 from .observer import Call
 
 # Names for well-known axes: (flat input name pattern, axis, name); the first match names a group.
@@ -38,6 +38,10 @@ KNOWN_AXES: list[tuple[str, int, str]] = [
     ("encoder_attention_mask", 1, "encoder_sequence_length"),
     ("attention_mask", 0, "batch_size"),
 ]
+
+SLIDING_PAST = "sliding_past_sequence_length"  # the past of a sliding-window layer: at most window - 1
+# Names for axes that are neither known above nor a sum of named axes.
+FALLBACK_AXES = {("attention_mask", 1): "total_sequence_length"}
 
 
 class CaptureError(ValueError):
@@ -80,17 +84,26 @@ def _same(a: list[int | None], b: list[int | None]) -> bool:
     return bool(both) and all(x == y for x, y in both)
 
 
-def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]) -> dict[str, dict[int, str]]:
+def name_axes(
+    flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]], bounded: set[str] = frozenset()
+) -> dict[str, dict[int, str]]:
+    """`bounded`: cache inputs whose length axis (-2) is capped by a sliding window; that axis never
+    shares a name with the full past, even when the calls never filled the window."""
+    ranks = {name: next(f[name].dim() for f in flats if name in f) for name in dynamic}
     keys = [(name, axis) for name, axes in dynamic.items() for axis in sorted(axes)]
     sizes = {key: _axis_sizes(flats, *key) for key in keys}
+
+    def capped(key) -> bool:
+        return key[0] in bounded and key[1] == ranks[key[0]] - 2
+
     groups: list[list[tuple[str, int]]] = []
     for key in keys:
-        group = next((g for g in groups if _same(sizes[g[0]], sizes[key])), None)
+        group = next((g for g in groups if _same(sizes[g[0]], sizes[key]) and capped(g[0]) == capped(key)), None)
         group.append(key) if group is not None else groups.append([key])
 
-    ranks = {name: next(f[name].dim() for f in flats if name in f) for name in dynamic}
-
     def known(group) -> str | None:
+        if capped(group[0]):
+            return SLIDING_PAST
         for pattern, axis, label in KNOWN_AXES:
             for name, ax in group:
                 if fnmatch.fnmatchcase(name, pattern) and ax == axis % ranks[name]:
@@ -109,7 +122,8 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
     def varying(group) -> bool:
         return len({v for v in sizes[group[0]] if v is not None}) > 1
 
-    named = [g for g in groups if labels[id(g)] and varying(g)]  # a constant axis is no summand
+    # a constant axis is no summand, nor a capped one (its sum with the new tokens stops growing)
+    named = [g for g in groups if labels[id(g)] and varying(g) and not capped(g[0])]
     for group in groups:
         if labels[id(group)]:
             continue
@@ -124,7 +138,7 @@ def name_axes(flats: list[dict[str, torch.Tensor]], dynamic: dict[str, set[int]]
                 break
         else:
             name, axis = group[0]
-            labels[id(group)] = f"{name}_dim_{axis}"
+            labels[id(group)] = FALLBACK_AXES.get((name, axis), f"{name}_dim_{axis}")
     return {
         name: {axis: labels[id(g)] for g in groups for n, axis in g if n == name}
         for name in dynamic
@@ -253,7 +267,7 @@ def infer_arguments(
     if not complete:
         raise CaptureError(f"no recorded call has all of the inputs {names}")
     best = max(complete, key=lambda i: (ready(i), i))
-    labels = name_axes(flats, dynamic)
+    labels = name_axes(flats, dynamic, bounded_inputs(calls[best].kwargs, present))
     sample = calls[best].kwargs
     kwargs = {n: sample[n] for n in present}
     if not ready(best)[0]:

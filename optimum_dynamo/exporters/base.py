@@ -21,6 +21,7 @@ import torch
 from .. import flatten, patches
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError
+from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..tasks import Task, resolve_task
 
@@ -124,7 +125,7 @@ class Exporter:
     @stage("torch.export")
     def export_program(self, ctx: ExportContext) -> None:
         args = ctx.arguments
-        with patches.applied(), torch.no_grad():
+        with patches.applied(), torch.no_grad(), seen_tokens_hook(ctx.model):
             with torch.fx.experimental._config.patch(backed_size_oblivious=True):
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False

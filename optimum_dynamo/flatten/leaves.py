@@ -23,6 +23,19 @@ def flat_inputs(kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, torch
     return flat
 
 
+def bounded_inputs(kwargs: dict[str, Any], names: Sequence[str]) -> set[str]:
+    """Flat names of cache leaves whose length is bounded (sliding-window layers keep `window - 1`)."""
+    bounded = set()
+    for name in names:
+        layers = getattr(kwargs.get(name), "layers", None)
+        if not is_cache(kwargs.get(name)) or not layers:
+            continue
+        for i, layer in enumerate(layers):
+            if getattr(layer, "is_sliding", False) and hasattr(layer, "sliding_window"):
+                bounded.update(input_name(name, f"{i}.{part}") for part in ("key", "value"))
+    return bounded
+
+
 def flat_outputs(output: Any) -> dict[str, torch.Tensor]:
     """Tensors of a forward's output in pytree order (`logits`, `present.0.key`, ...)."""
     if isinstance(output, torch.Tensor):

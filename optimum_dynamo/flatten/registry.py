@@ -12,6 +12,7 @@ torch.export can compare and serialize tree specs.
 
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -76,6 +77,10 @@ def unflatten_cache(cls: type, context: Context, tensors: list[torch.Tensor]) ->
 
 
 def clone_cache(cache: Any) -> Any:
-    """A deep copy of the cache's tensors (caches are updated in place by forward)."""
-    _, tensors, context = flatten_cache(cache)
-    return unflatten_cache(type(cache), context, [t.detach().clone() for t in tensors])
+    """A deep copy (caches are updated in place by forward). `deepcopy` also keeps the state that is
+    not a leaf, such as the tokens a sliding-window layer has seen; rebuilding from leaves is the fallback."""
+    try:
+        return copy.deepcopy(cache)
+    except RuntimeError:  # tensors that are not graph leaves refuse deepcopy
+        _, tensors, context = flatten_cache(cache)
+        return unflatten_cache(type(cache), context, [t.detach().clone() for t in tensors])
