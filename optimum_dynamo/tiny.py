@@ -44,6 +44,8 @@ _SIZES = {
     "gemma4_text": dict(_DECODER, head_dim=16, global_head_dim=32, sliding_window=64,
                         layer_types=["sliding_attention", "full_attention"], vocab_size_per_layer_input=128,
                         hidden_size_per_layer_input=8),
+    "gpt_oss": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
+                    layer_types=["sliding_attention", "full_attention"]),
     "bert": _ENCODER,
     "roberta": _ENCODER,
     "electra": dict(_ENCODER, embedding_size=32),
