@@ -46,6 +46,9 @@ _SIZES = {
                         hidden_size_per_layer_input=8),
     "gpt_oss": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
                     layer_types=["sliding_attention", "full_attention"]),
+    # multi-head latent attention; its key/value latents are cached (transformers 5)
+    "minicpm3": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
+                     qk_rope_head_dim=8, v_head_dim=8),
     "bert": _ENCODER,
     "roberta": _ENCODER,
     "electra": dict(_ENCODER, embedding_size=32),

@@ -19,6 +19,7 @@ ARCHS = {
     "gpt_bigcode": "transformers 4: a plain forward builds an EncoderDecoderCache, generate a DynamicCache",
     "granite": "validation compared padding positions (logits axes were unnamed)",
     "gemma4_text": "cache head_dim differs per layer (transformers 5 only)",
+    "minicpm3": "latent caches: key and value inputs of different sizes (transformers 5 only)",
     "gpt_oss": "transformers 4: data-dependent expert loop -> dense-experts patch (sliding window > sequence)",
 }
 
