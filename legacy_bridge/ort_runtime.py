@@ -1,9 +1,15 @@
-"""First-step empty cache of ORTModelForCausalLM (optimum-onnx 0.1.0), on transformers 4 and 5.
+"""Runtime fixes of ORTModelForCausalLM (optimum-onnx 0.1.0), on transformers 4 and 5.
 
-`__init__` takes the kv-head count from a model-type allowlist (else `num_attention_heads`) and the head
-dim from `hidden_size // num_attention_heads`, so the empty cache of grouped-query models outside the list
-(phi3, gemma2, olmo, ...) has the wrong shape and onnxruntime rejects it. The wrapper reads both from the
-session's `past_key_values.0.key` input ([batch, kv_heads, past, head_dim]) when static, else the config.
+- Cache sizes: `__init__` takes the kv-head count from a model-type allowlist (else `num_attention_heads`)
+  and the head dim from `hidden_size // num_attention_heads`, so the empty first-step cache of
+  grouped-query models outside the list (phi3, gemma2, olmo, ...) has the wrong shape and onnxruntime
+  rejects it. The wrapper reads both from the session's `past_key_values.0.key` input
+  ([batch, kv_heads, past, head_dim]) when static, else the config.
+- Per-layer cache sizes: `forward` builds every empty first-step cache with those single sizes; when the
+  graph's cache inputs differ per layer (gemma4), each empty cache takes its own input's static shape.
+- Default positions: without `position_ids`, `forward` counts positions 0.. from the first token of each
+  row (opt and old gpt_bigcode aside). Where the PyTorch model derives them from the attention mask
+  instead (biogpt on transformers 4), the wrapper does the same, so a left-padded row gets equal logits.
 """
 
 from __future__ import annotations
@@ -11,11 +17,13 @@ from __future__ import annotations
 import functools
 import sys
 
+import torch
+
 from ._hooks import when_imported
 
 _MODULE = "optimum.onnxruntime.modeling_decoder"
 _CACHE_INPUT = "past_key_values.0.key"
-_original_init = None
+_original: dict[str, object] = {}
 _enabled = False
 
 
@@ -31,13 +39,17 @@ def cache_dims(model) -> tuple[int | None, int | None]:
     return kv_heads, head_dim
 
 
-def _fix(model) -> None:
-    # Legacy bloom / fused gpt_bigcode caches are not 4-d; deepseek_v3 has distinct k and v head dims.
+def _standard_cache(model) -> bool:
+    """4-d [batch, heads, past, head_dim] caches (not legacy bloom / fused gpt_bigcode / deepseek_v3)."""
     if not model.can_use_cache or getattr(model, "old_bloom_modeling", False):
-        return
+        return False
     if getattr(model, "old_gpt_bigcode_modeling", False):
-        return
-    if model.config.model_type == "deepseek_v3":
+        return False
+    return model.config.model_type != "deepseek_v3"
+
+
+def _fix(model) -> None:
+    if not _standard_cache(model):
         return
     kv_heads, head_dim = cache_dims(model)
     if kv_heads:
@@ -46,19 +58,62 @@ def _fix(model) -> None:
         model.embed_size_per_head = head_dim
 
 
-def _patch(module) -> None:
-    global _original_init
-    cls = module.ORTModelForCausalLM
-    if not _enabled or _original_init is not None:
-        return
-    original = _original_init = cls.__init__
+def empty_cache(model, batch: int) -> tuple | None:
+    """Empty first-step caches, one per cache input in its own static shape; None when every input has the
+    single shape optimum builds itself (or a shape is not static)."""
+    names = list(model.key_value_input_names)
+    if not names or model.is_merged or not _standard_cache(model):
+        return None
+    shapes = [list(model.input_shapes.get(name) or ()) for name in names]
+    if any(len(s) != 4 or not all(isinstance(d, int) for d in (s[1], s[3])) for s in shapes):
+        return None
+    if all((s[1], s[3]) == (model.num_key_value_heads, model.embed_size_per_head) for s in shapes):
+        return None
+    empty = [torch.zeros((batch, s[1], 0, s[3]), dtype=model.dtype, device=model.device) for s in shapes]
+    return tuple(tuple(empty[i : i + 2]) for i in range(0, len(empty), 2))
 
-    @functools.wraps(original)
+
+def _positions_from_mask(model) -> bool:
+    """Whether the PyTorch model of this type derives default positions from the attention mask."""
+    if model.config.model_type != "biogpt":
+        return False
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__) < Version("5")  # transformers 5 counts 0.. like the runtime
+
+
+def mask_positions(attention_mask: torch.Tensor, past: int) -> torch.Tensor:
+    """biogpt's positions on transformers 4: running count of attended tokens minus one, -1 on padding."""
+    positions = (torch.cumsum(attention_mask, dim=1) * attention_mask - 1).long()
+    return positions[:, past:]
+
+
+def _past_length(past_key_values) -> int:
+    return past_key_values[0][1].shape[-2] if past_key_values is not None else 0
+
+
+def _patch(module) -> None:
+    cls = module.ORTModelForCausalLM
+    if not _enabled or _original:
+        return
+    init, forward = _original["__init__"], _original["forward"] = cls.__init__, cls.forward
+
+    @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+        init(self, *args, **kwargs)
         _fix(self)
 
-    cls.__init__ = __init__
+    @functools.wraps(forward)
+    def wrapped_forward(self, input_ids, attention_mask=None, past_key_values=None, position_ids=None, **kwargs):
+        if (position_ids is None and attention_mask is not None and "position_ids" in self.input_names
+                and _positions_from_mask(self)):
+            position_ids = mask_positions(attention_mask, _past_length(past_key_values))
+        if past_key_values is None:
+            past_key_values = empty_cache(self, input_ids.shape[0])
+        return forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)
+
+    cls.__init__, cls.forward = __init__, wrapped_forward
 
 
 def install() -> None:
@@ -69,10 +124,12 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Restore the original `__init__` (models built before keep their fixed sizes)."""
-    global _original_init, _enabled
+    """Restore the original methods (models built before keep their fixed sizes)."""
+    global _enabled
     _enabled = False
     module = sys.modules.get(_MODULE)
-    if module is not None and _original_init is not None:
-        module.ORTModelForCausalLM.__init__ = _original_init
-    _original_init = None
+    if module is not None:
+        for name, original in _original.items():
+            setattr(module.ORTModelForCausalLM, name, original)
+    _original.clear()
+

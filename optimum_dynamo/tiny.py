@@ -37,6 +37,18 @@ _SIZES = {
     "qwen2_moe": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                       shared_expert_intermediate_size=32),
     "qwen3_moe": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
+    "biogpt": dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   max_position_embeddings=128),
+    "gpt_bigcode": dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, n_inner=64),
+    # per-layer cache shapes: head_dim 16 on the sliding layer, 32 on the full one (transformers 5)
+    "gemma4_text": dict(_DECODER, head_dim=16, global_head_dim=32, sliding_window=64,
+                        layer_types=["sliding_attention", "full_attention"], vocab_size_per_layer_input=128,
+                        hidden_size_per_layer_input=8),
+    "gpt_oss": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
+                    layer_types=["sliding_attention", "full_attention"]),
+    # multi-head latent attention; its key/value latents are cached (transformers 5)
+    "minicpm3": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
+                     qk_rope_head_dim=8, v_head_dim=8),
     "bert": _ENCODER,
     "roberta": _ENCODER,
     "electra": dict(_ENCODER, embedding_size=32),

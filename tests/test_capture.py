@@ -19,7 +19,7 @@ def recorded(checkpoints):
 
 
 def test_every_call_is_recorded_with_kwargs_and_outputs(recorded):
-    # 2 runs x (prefill + 2 decode steps) + the prefix forward of the second run
+    # 2 runs x (prefill + 2 decode steps) + the prefix of the second run (a one-token generate: its prefill)
     assert len(recorded.calls) == 7 and recorded.dropped == 0
     assert all("input_ids" in c.kwargs and c.outputs is not None for c in recorded.calls)
 

@@ -83,3 +83,23 @@ def test_dense_moe_patch_equals_the_routing_loop():
             got, logits = block(hidden)
     assert torch.equal(logits, expected_logits)
     assert (got - expected).abs().max().item() < 1e-6
+
+
+def test_dense_gpt_oss_experts_equal_the_routing_loop():
+    from transformers import AutoModelForCausalLM
+
+    from optimum_dynamo.patches.transformers_moe import dense_gpt_oss_experts
+    from optimum_dynamo.tiny import tiny_config
+
+    patch = next((p for p in patches.active_patches() if p.replacement is dense_gpt_oss_experts), None)
+    if patch is None:
+        pytest.skip("transformers >= 5 loads gpt_oss with batched-matmul experts; < 4.55 has no gpt_oss")
+    torch.manual_seed(0)
+    mlp = AutoModelForCausalLM.from_config(tiny_config("gpt_oss")).model.layers[0].mlp.eval()
+    hidden = torch.randn(3, 5, 32)
+    with torch.no_grad():
+        expected, expected_scores = mlp(hidden)
+        with patches.applied([patch]):
+            got, scores = mlp(hidden)
+    assert torch.equal(scores, expected_scores)
+    assert (got - expected).abs().max().item() < 1e-6

@@ -59,8 +59,13 @@ def drive_text_generation(model, tokenizer=None) -> None:
     first, second = text_samples(tokenizer, config.vocab_size, pad)
     options = dict(do_sample=False, max_new_tokens=_NEW_TOKENS, min_new_tokens=_NEW_TOKENS, pad_token_id=pad)
     model.generate(input_ids=first.input_ids, attention_mask=first.attention_mask, **options)
-    prefix = model(
-        input_ids=second.input_ids[:, :_PREFIX], attention_mask=second.attention_mask[:, :_PREFIX], use_cache=True
+    # The prefix cache comes from `generate` too, so it has the cache class generate builds for this model
+    # (a plain forward may build another one: gpt_bigcode on transformers 4 makes an EncoderDecoderCache).
+    prefix = model.generate(
+        input_ids=second.input_ids[:, :_PREFIX],
+        attention_mask=second.attention_mask[:, :_PREFIX],
+        return_dict_in_generate=True,
+        **dict(options, max_new_tokens=1, min_new_tokens=1),
     )
     model.generate(
         input_ids=second.input_ids,

@@ -16,6 +16,7 @@ from ..flatten import flat_outputs
 from ..manifest import write_manifest
 from ..validate import as_dicts, compare, table
 from .base import ExportContext, Exporter, logger, stage
+from .onnx_optimize import optimize
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
@@ -72,7 +73,7 @@ class OnnxExporter(Exporter):
     @stage("optimize")
     def optimize(self, ctx: ExportContext) -> None:
         if ctx.options.get("optimize", True):
-            ctx.onnx_program.optimize()
+            optimize(ctx.onnx_program.model)
 
     @stage("save")
     def save(self, ctx: ExportContext) -> None:

@@ -1,6 +1,7 @@
-"""Mixture-of-experts blocks of transformers 4: the routing loop visits only the experts hit, a
-data-dependent loop torch.export cannot trace. During export every expert runs on every token and its
-output is weighted by the routing matrix (zero for experts not chosen): the same result, static shapes.
+"""Mixture-of-experts blocks of transformers 4 (mixtral, qwen2_moe, qwen3_moe, gpt_oss): the routing loop
+visits only the experts hit, a data-dependent loop torch.export cannot trace. During export every expert
+runs on every token and its output is weighted by the routing matrix (zero for experts not chosen): the
+same result, static shapes.
 (transformers 5 loads these models with batched-matmul experts instead, see exporters/base.py.)"""
 
 import torch
@@ -48,3 +49,18 @@ def dense_qwen2_moe(self, hidden_states):
     out = _dense_experts(self, flat, logits, self.norm_topk_prob)
     out = out + F.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
     return out.reshape(batch, length, hidden), logits
+
+
+@register_patch("transformers.models.gpt_oss.modeling_gpt_oss.GptOssExperts.forward",
+                versions={"transformers": ">=4.55,<5"}, reason=_REASON)
+def dense_gpt_oss_experts(self, hidden_states, router_indices=None, routing_weights=None):
+    # routing_weights is [tokens, experts], zero for experts not chosen: every expert runs on every token.
+    batch = hidden_states.shape[0]
+    experts = routing_weights.shape[1]
+    flat = hidden_states.reshape(1, -1, self.hidden_size).expand(experts, -1, -1)
+    gate_up = torch.bmm(flat, self.gate_up_proj) + self.gate_up_proj_bias[:, None, :]
+    gate = gate_up[..., ::2].clamp(max=self.limit)
+    up = gate_up[..., 1::2].clamp(min=-self.limit, max=self.limit)
+    out = torch.bmm((up + 1) * gate * torch.sigmoid(gate * self.alpha), self.down_proj) + self.down_proj_bias[:, None, :]
+    out = (out * routing_weights.transpose(0, 1)[..., None].to(out.dtype)).sum(dim=0)
+    return out.reshape(batch, -1, self.hidden_size)
