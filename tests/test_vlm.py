@@ -48,7 +48,7 @@ def test_each_component_matches_pytorch_on_its_captured_calls(exported):
 
 
 def test_layout_names_and_files(exported):
-    model_type, model, _, result = exported
+    model_type, model, processor, result = exported
     source, skip, token_types = EXPECTED[model_type]
     layout = json.loads((result.output / "vlm.json").read_text())
     assert layout == result.layout
@@ -65,7 +65,9 @@ def test_layout_names_and_files(exported):
     assert result.components["vision_encoder"].arguments.input_names == ["pixel_values"]
     for name in layout["components"]:
         assert (result.output / name / "model.onnx").is_file()
-    assert (result.output / "config.json").is_file() and (result.output / "preprocessor_config.json").is_file()
+    saved = AutoProcessor.from_pretrained(result.output)  # the processor and config travel with the graphs
+    assert type(saved) is type(processor) and saved.image_token == processor.image_token
+    assert type(model.config).from_pretrained(result.output).image_token_index == 4
 
 
 @pytest.mark.parametrize("seed, words", [(1, "the quick {} brown fox"), (2, "hello world {} from the lazy dog")])

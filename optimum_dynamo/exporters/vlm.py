@@ -191,9 +191,11 @@ def export_vlm(
     `output/<component>/model.onnx` and check each with onnxruntime on its recorded calls."""
     model, processor = _load(model_or_dir, processor)
     inner = model.model
-    inputs = processor_inputs(model, processor, image or default_image(), prompt or default_prompt(processor))
-    if not (inputs["input_ids"] == image_token_id(model.config)).any():
+    prompt = prompt or default_prompt(processor)
+    placeholders = [t for t in (getattr(processor, "boi_token", None), processor.image_token) if t]
+    if not any(t in prompt for t in placeholders):
         raise ExportError(f"the prompt has no image token: put the processor's image placeholder in it, e.g. {default_prompt(processor)!r}")
+    inputs = processor_inputs(model, processor, image or default_image(), prompt)
     modules = dict(top=model, language=inner.language_model, vision=inner.vision_tower,
                    projector=inner.multi_modal_projector, embed=model.get_input_embeddings())
     with observe(**modules) as obs, torch.no_grad():
