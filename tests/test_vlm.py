@@ -129,3 +129,10 @@ def test_prompt_without_image_placeholder_is_refused(tmp_path):
     with pytest.raises(ExportError, match="the prompt has no image token: put the processor's image placeholder in it, e.g. 'the quick <image> brown fox'"):
         export_vlm(path, tmp_path / "onnx", prompt="the quick brown fox")
     assert not (tmp_path / "onnx" / "vlm.json").exists()
+
+
+def test_atol_below_the_measured_difference_names_the_component_and_leaves_nothing(tmp_path):
+    path = save_tiny_vlm("llava", tmp_path / "model")
+    with pytest.raises(ExportError, match=r"^vision_encoder: output '[\w.]+' differs from PyTorch by .* > atol 1e-12"):
+        export_vlm(path, tmp_path / "out" / "onnx", atol=1e-12)
+    assert not (tmp_path / "out").exists()

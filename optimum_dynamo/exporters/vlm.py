@@ -34,6 +34,7 @@ import torch
 from ..capture import Call, InputObserver, observe
 from ..errors import ExportError
 from ..flatten import flat_outputs
+from ..staging import staged
 from .base import ExportContext, logger
 from .observed import export_observed
 
@@ -212,7 +213,6 @@ def export_vlm(
     source, skip = feature_source(obs["vision"].calls[0], obs["projector"].calls[0])
 
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     result = VlmExport(output, tokens=tokens[:, inputs["input_ids"].shape[1] :])
     decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
     plan = {  # component: (observer, inputs, constants)
@@ -221,11 +221,6 @@ def export_vlm(
         "embed_tokens": (obs["embed"], None, None),
         "decoder_model": (decoder_obs, decoder_inputs, {}),
     }
-    for component, (observer, names, constants) in plan.items():
-        logger.info("exporting %s", component)
-        result.components[component] = export_observed(
-            observer, output / component, inputs=names, constants=constants, atol=atol
-        )
     result.layout = {
         "model_type": model.config.model_type,
         "components": {name: f"{name}/model.onnx" for name in plan},
@@ -235,7 +230,16 @@ def export_vlm(
         "vision_skip": skip,
         "token_type_ids": token_types is not None,
     }
-    (output / VLM_FILE).write_text(json.dumps(result.layout, indent=2))
-    model.config.save_pretrained(output)
-    processor.save_pretrained(output)
+    with staged(output) as staging:  # all components or nothing
+        for component, (observer, names, constants) in plan.items():
+            logger.info("exporting %s", component)
+            try:
+                ctx = export_observed(observer, staging / component, inputs=names, constants=constants, atol=atol)
+            except ExportError as e:
+                raise ExportError(f"{component}: {e}") from e
+            ctx.output = output / component
+            result.components[component] = ctx
+        (staging / VLM_FILE).write_text(json.dumps(result.layout, indent=2))
+        model.config.save_pretrained(staging)
+        processor.save_pretrained(staging)
     return result
