@@ -136,11 +136,11 @@ _VLM = {
 }
 
 
-def tiny_vlm_config(model_type: str):
+def tiny_vlm_config(model_type: str, **text_overrides):
     from transformers import AutoConfig
 
     spec = _VLM[model_type]
-    text = dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2, **spec["text"])
+    text = dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2, **dict(spec["text"], **text_overrides))
     return AutoConfig.for_model(model_type, text_config=text, vision_config=spec["vision"], **spec["config"])
 
 
@@ -158,13 +158,14 @@ def _tiny_processor(model_type: str, config):
                           num_additional_image_tokens=1, image_token=tokens["image_token"])
 
 
-def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0) -> Path:
-    """Write a tiny image-text-to-text model ("gemma3" or "llava") and its processor to `path`."""
+def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, **text_overrides) -> Path:
+    """Write a tiny image-text-to-text model ("gemma3" or "llava") and its processor to `path`;
+    `text_overrides` change the text model's config (e.g. `sliding_window=8`)."""
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
     path = Path(path)
     torch.manual_seed(seed)
-    config = tiny_vlm_config(model_type)
+    config = tiny_vlm_config(model_type, **text_overrides)
     model = AutoModelForImageTextToText.from_config(config).eval()
     with torch.no_grad():  # Gemma3 starts its projection at zeros: every image would look the same
         for weight in model.model.multi_modal_projector.parameters():
