@@ -136,3 +136,21 @@ def test_atol_below_the_measured_difference_names_the_component_and_leaves_nothi
     with pytest.raises(ExportError, match=r"^vision_encoder: output '[\w.]+' differs from PyTorch by .* > atol 1e-12"):
         export_vlm(path, tmp_path / "out" / "onnx", atol=1e-12)
     assert not (tmp_path / "out").exists()
+
+
+def test_gemma3_generates_past_its_sliding_window(tmp_path):
+    """Observed across the window (10-token prompt, window 12, 6 new tokens), the sliding past is a
+    bounded axis of its own, and 14 runner tokens (24 positions) equal PyTorch's."""
+    path = save_tiny_vlm("gemma3", tmp_path / "model", sliding_window=12)
+    result = export_vlm(path, tmp_path / "onnx", max_new_tokens=6, atol=ATOL)
+    axes = result.components["decoder_model"].arguments.axis_names
+    assert axes["past_key_values.0.key"][2] == "sliding_past_sequence_length"
+    assert axes["past_key_values.1.key"][2] == "past_sequence_length"
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    processor = AutoProcessor.from_pretrained(path)
+    inputs = processor_inputs(model, processor, default_image(seed=1), _prompt(processor))
+    assert inputs["input_ids"].shape[1] == 10
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=14, min_new_tokens=14, do_sample=False)
+    tokens = VlmRunner(result.output).generate(inputs["input_ids"].numpy(), inputs["pixel_values"].numpy(), max_new_tokens=14)
+    assert tokens.tolist() == expected[:, 10:].tolist()
