@@ -17,6 +17,8 @@ _API = {
     "infer_arguments": "optimum_dynamo.capture",
     "export_observed": "optimum_dynamo.exporters",
     "export_onnx": "optimum_dynamo.exporters",
+    "export_vlm": "optimum_dynamo.exporters.vlm",
+    "VlmRunner": "optimum_dynamo.runtime.vlm",
 }
 
 

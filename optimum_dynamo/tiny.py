@@ -78,14 +78,16 @@ def tiny_config(model_type: str, **overrides):
     return config
 
 
-def tiny_tokenizer(vocab_size: int = 128):
-    """A word-level tokenizer trained on a few sentences (ids < vocab_size), left padding."""
+def tiny_tokenizer(vocab_size: int = 128, extra: dict[str, str] | None = None):
+    """A word-level tokenizer trained on a few sentences (ids < vocab_size), left padding.
+    `extra`: named special tokens (e.g. {"image_token": "<image>"}), ids 4, 5, ... in order."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
+    specials = ["<pad>", "<s>", "</s>", "<unk>", *(extra or {}).values()]
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials)
     tok.train_from_iterator(_CORPUS, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -94,6 +96,7 @@ def tiny_tokenizer(vocab_size: int = 128):
         eos_token="</s>",
         unk_token="<unk>",
         padding_side="left",
+        **({"extra_special_tokens": extra} if extra else {}),
     )
 
 
@@ -124,4 +127,63 @@ def save_tiny_model(model_type: str, task: str, path: str | Path, *, seed: int =
     model.save_pretrained(path)
     if getattr(config, "vocab_size", None):
         tiny_tokenizer(config.vocab_size).save_pretrained(path)
+    return path
+
+
+# Tiny vision-language models: a 32x32 image in 8x8 patches, the _DECODER text sizes.
+_VISION = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+_VLM = {
+    "gemma3": dict(
+        vision=dict(_VISION, model_type="siglip_vision_model"),
+        text=dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=64, layer_types=["sliding_attention", "full_attention"]),
+        config=dict(mm_tokens_per_image=4, image_token_index=4, boi_token_index=5, eoi_token_index=6),
+        tokens={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"},
+    ),
+    "llava": dict(
+        vision=dict(_VISION, model_type="clip_vision_model", projection_dim=32),
+        text=dict(model_type="llama"),
+        config=dict(image_token_index=4, projector_hidden_act="gelu", vision_feature_layer=-2),
+        tokens={"image_token": "<image>"},
+    ),
+}
+
+
+def tiny_vlm_config(model_type: str, **text_overrides):
+    from transformers import AutoConfig
+
+    spec = _VLM[model_type]
+    text = dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2, **dict(spec["text"], **text_overrides))
+    return AutoConfig.for_model(model_type, text_config=text, vision_config=spec["vision"], **spec["config"])
+
+
+def _tiny_processor(model_type: str, config):
+    """The model's processor over a tiny image processor (32x32) and the tiny tokenizer with its image tokens."""
+    from transformers import AutoProcessor, CLIPImageProcessor, Gemma3ImageProcessor, Gemma3Processor, LlavaProcessor
+
+    tokens = _VLM[model_type]["tokens"]
+    tokenizer = tiny_tokenizer(config.text_config.vocab_size, extra=tokens)
+    if model_type == "gemma3":
+        images = Gemma3ImageProcessor(size={"height": 32, "width": 32})
+        return Gemma3Processor(images, tokenizer, image_seq_length=config.mm_tokens_per_image)
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    return LlavaProcessor(images, tokenizer, patch_size=8, vision_feature_select_strategy="default",
+                          num_additional_image_tokens=1, image_token=tokens["image_token"])
+
+
+def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, **text_overrides) -> Path:
+    """Write a tiny image-text-to-text model ("gemma3" or "llava") and its processor to `path`;
+    `text_overrides` change the text model's config (e.g. `sliding_window=8`)."""
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    config = tiny_vlm_config(model_type, **text_overrides)
+    model = AutoModelForImageTextToText.from_config(config).eval()
+    with torch.no_grad():  # Gemma3 starts its projection at zeros: every image would look the same
+        for weight in model.model.multi_modal_projector.parameters():
+            if weight.dim() > 1 and not weight.any():
+                weight.normal_(std=0.5)
+    model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model.save_pretrained(path)
+    _tiny_processor(model_type, config).save_pretrained(path)
     return path

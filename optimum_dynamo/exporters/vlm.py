@@ -1,0 +1,245 @@
+"""Vision-language models: the components observed during one real `generate` with an image,
+each exported to ONNX and checked by onnxruntime on the calls it received.
+
+    result = export_vlm("tiny-llava", "out", atol=1e-4)
+    result.components["decoder_model"].discrepancies
+
+`out/` then holds one directory per component (`model.onnx` + manifest each), the model's config
+and processor, and `vlm.json`, which tells `optimum_dynamo.runtime.vlm` how to join them:
+
+- `vision_encoder`: the vision tower, `pixel_values` -> its outputs (hidden states included when
+  the model asks for them);
+- `multi_modal_projector`: image features in the text model's width, from the vision output the
+  model feeds it (`vlm.json` names that output and how many leading positions are dropped);
+- `embed_tokens`: token ids -> embeddings (Gemma3's scaling included);
+- `decoder_model`: `inputs_embeds`, `attention_mask`, `position_ids`, past (+ `token_type_ids`
+  when the model attends bidirectionally within an image) -> logits of the last position, presents.
+
+The decoder is `TextDecoder`, the whole model called with embeddings instead of ids and pixels: its
+calls are rebuilt from the language model's (the embeddings it got, images merged in) and the
+outputs the model returned for the same steps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..capture import Call, InputObserver, observe
+from ..errors import ExportError
+from ..flatten import flat_outputs
+from ..staging import staged
+from .base import ExportContext, logger
+from .observed import export_observed
+
+VLM_FILE = "vlm.json"
+DECODER_INPUTS = ["inputs_embeds", "attention_mask", "position_ids", "past_key_values", "token_type_ids"]
+
+
+class TextDecoder(torch.nn.Module):
+    """`model` run from embeddings: the logits of the last position and the updated cache.
+
+    `token_type_ids` (1 at image tokens) span the whole sequence, past included, like the attention
+    mask; given, the model's own `create_masks_for_generate` builds masks in which the tokens of one
+    image see each other (Gemma3). Positions come from the mask's length (batches without padding)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        params = inspect.signature(model.forward).parameters
+        self.uses_token_types = "token_type_ids" in params and hasattr(type(model), "create_masks_for_generate")
+        self.takes_cache_position = "cache_position" in params
+
+    def _masks(self, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids, cache_position):
+        make = type(self.model).create_masks_for_generate
+        values = dict(
+            config=self.model.config, input_embeds=inputs_embeds, inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask, cache_position=cache_position, past_key_values=past_key_values,
+            position_ids=position_ids, token_type_ids=token_type_ids,
+        )
+        return make(**{k: v for k, v in values.items() if k in inspect.signature(make).parameters})
+
+    def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids=None):
+        total, new = attention_mask.shape[1], inputs_embeds.shape[1]
+        cache_position = torch.arange(total - new, total, device=inputs_embeds.device)
+        mask = attention_mask
+        if token_type_ids is not None:
+            mask = self._masks(inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids, cache_position)
+        extra = {"cache_position": cache_position} if self.takes_cache_position else {}
+        out = self.model(
+            inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=position_ids,
+            past_key_values=past_key_values, use_cache=True, logits_to_keep=1, **extra,
+        )
+        return {"logits": out.logits, "past_key_values": out.past_key_values}
+
+
+@dataclass
+class VlmExport:
+    output: Path
+    components: dict[str, ExportContext] = field(default_factory=dict)
+    layout: dict[str, Any] = field(default_factory=dict)  # the content of vlm.json
+    tokens: torch.Tensor | None = None  # PyTorch's greedy tokens of the observed generate (new tokens only)
+
+
+def image_token_id(config) -> int:
+    value = getattr(config, "image_token_id", None)
+    return value if value is not None else config.image_token_index
+
+
+def default_image(size: int = 48, seed: int = 0):
+    """A synthesized RGB image (random pixels), for observation runs without a real one."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def default_prompt(processor) -> str:
+    """A short prompt with the processor's image placeholder (Gemma3: `boi_token`, LLaVA: `image_token`)."""
+    placeholder = getattr(processor, "boi_token", None) or processor.image_token
+    return f"the quick {placeholder} brown fox"
+
+
+def processor_inputs(model, processor, image, prompt) -> dict[str, torch.Tensor]:
+    """The processor's tensors that `model.forward` takes (tokenizers may add token types it does not)."""
+    params = inspect.signature(model.forward).parameters
+    return {k: v for k, v in processor(images=image, text=prompt, return_tensors="pt").items() if k in params}
+
+
+def feature_source(vision: Call, projector: Call) -> tuple[str, int]:
+    """(vision output name, leading positions dropped) that gave the projector its input."""
+    fed = next(v for v in projector.kwargs.values() if isinstance(v, torch.Tensor))
+    for name, value in flat_outputs(vision.outputs).items():
+        skip = value.shape[1] - fed.shape[1] if value.dim() == fed.dim() else -1
+        if skip >= 0 and value.shape[2:] == fed.shape[2:] and torch.equal(value[:, skip:], fed):
+            return name, skip
+    raise ExportError("no output of the vision tower is the projector's input: cannot join the two components")
+
+
+class VisionEncoder(torch.nn.Module):
+    """The vision tower called with `pixel_values` and the plain keywords the model passed it (transformers 5
+    asks for hidden states through `**kwargs`, which torch.export cannot take as constants)."""
+
+    def __init__(self, tower: torch.nn.Module, keywords: dict[str, Any]):
+        super().__init__()
+        self.tower, self.keywords = tower, keywords
+
+    def forward(self, pixel_values):
+        return self.tower(pixel_values=pixel_values, **self.keywords)
+
+    @classmethod
+    def observed(cls, observer: InputObserver) -> InputObserver:
+        """The tower's calls as calls of this wrapper (keywords: those with one plain value in every call)."""
+        first = observer.calls[0].kwargs
+        keywords = {
+            k: v for k, v in first.items()
+            if isinstance(v, (bool, int, float, str)) and all(c.kwargs.get(k, object()) == v for c in observer.calls)
+        }
+        calls = [Call({"pixel_values": c.kwargs["pixel_values"]}, c.outputs) for c in observer.calls]
+        return InputObserver(cls(observer.module, keywords), "vision_encoder", calls=calls)
+
+
+def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tensor | None) -> list[Call]:
+    """`TextDecoder` calls from the language model's calls (embeddings, positions, past) and the
+    model's outputs at the same steps. Steps without a mask (transformers 5 drops an all-ones mask)
+    get ones; `token_types` (the prompt's) are extended with zeros over generated tokens."""
+    if len(top) != len(language):
+        raise ExportError(f"{len(top)} model calls but {len(language)} language model calls: steps do not pair")
+    calls = []
+    for step, inner in zip(top, language):
+        embeds, past = inner.kwargs["inputs_embeds"], inner.kwargs["past_key_values"]
+        mask = step.kwargs.get("attention_mask")
+        if mask is None:
+            mask = torch.ones(embeds.shape[0], past.get_seq_length() + embeds.shape[1], dtype=torch.long)
+        kwargs = {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": inner.kwargs["position_ids"],
+                  "past_key_values": past}
+        if token_types is not None:
+            grown = torch.nn.functional.pad(token_types, (0, max(0, mask.shape[1] - token_types.shape[1])))
+            kwargs["token_type_ids"] = grown[:, : mask.shape[1]]
+        calls.append(Call(kwargs, {"logits": step.outputs.logits, "past_key_values": step.outputs.past_key_values}))
+    return calls
+
+
+def _load(model_or_dir, processor):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    if isinstance(model_or_dir, (str, Path)):
+        model = AutoModelForImageTextToText.from_pretrained(model_or_dir).eval()
+        processor = processor or AutoProcessor.from_pretrained(model_or_dir)
+        return model, processor
+    if processor is None:
+        raise ExportError("pass the processor with a model object")
+    return model_or_dir.eval(), processor
+
+
+def export_vlm(
+    model_or_dir,
+    output: str | Path,
+    *,
+    processor=None,
+    image=None,
+    prompt: str | None = None,
+    max_new_tokens: int = 4,
+    atol: float | None = None,
+) -> VlmExport:
+    """Observe one greedy `generate` on (`image`, `prompt`), export the four components to
+    `output/<component>/model.onnx` and check each with onnxruntime on its recorded calls."""
+    model, processor = _load(model_or_dir, processor)
+    inner = model.model
+    prompt = prompt or default_prompt(processor)
+    placeholders = [t for t in (getattr(processor, "boi_token", None), processor.image_token) if t]
+    if not any(t in prompt for t in placeholders):
+        raise ExportError(f"the prompt has no image token: put the processor's image placeholder in it, e.g. {default_prompt(processor)!r}")
+    inputs = processor_inputs(model, processor, image or default_image(), prompt)
+    modules = dict(top=model, language=inner.language_model, vision=inner.vision_tower,
+                   projector=inner.multi_modal_projector, embed=model.get_input_embeddings())
+    with observe(**modules) as obs, torch.no_grad():
+        tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+    for name, observer in obs.items():
+        logger.info("    %s", observer.summary())
+    if not obs["vision"].calls or not obs["projector"].calls:
+        raise ExportError("generate never ran the vision tower or the projector")
+
+    decoder = TextDecoder(model)
+    image_id = image_token_id(model.config)
+    token_types = (inputs["input_ids"] == image_id).long() if decoder.uses_token_types else None
+    decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(obs["top"].calls, obs["language"].calls, token_types))
+    source, skip = feature_source(obs["vision"].calls[0], obs["projector"].calls[0])
+
+    output = Path(output)
+    result = VlmExport(output, tokens=tokens[:, inputs["input_ids"].shape[1] :])
+    decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
+    plan = {  # component: (observer, inputs, constants)
+        "vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
+        "multi_modal_projector": (obs["projector"], None, None),
+        "embed_tokens": (obs["embed"], None, None),
+        "decoder_model": (decoder_obs, decoder_inputs, {}),
+    }
+    result.layout = {
+        "model_type": model.config.model_type,
+        "components": {name: f"{name}/model.onnx" for name in plan},
+        "image_token_id": image_id,
+        "vocab_size": model.config.get_text_config().vocab_size,
+        "vision_output": source,
+        "vision_skip": skip,
+        "token_type_ids": token_types is not None,
+    }
+    with staged(output) as staging:  # all components or nothing
+        for component, (observer, names, constants) in plan.items():
+            logger.info("exporting %s", component)
+            try:
+                ctx = export_observed(observer, staging / component, inputs=names, constants=constants, atol=atol)
+            except ExportError as e:
+                raise ExportError(f"{component}: {e}") from e
+            ctx.output = output / component
+            result.components[component] = ctx
+        (staging / VLM_FILE).write_text(json.dumps(result.layout, indent=2))
+        model.config.save_pretrained(staging)
+        processor.save_pretrained(staging)
+    return result

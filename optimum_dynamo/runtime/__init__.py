@@ -1,0 +1,1 @@
+"""onnxruntime runners for exports made of several graphs (one module per model family)."""
