@@ -111,3 +111,26 @@ def test_capped_axis_never_shares_the_full_past_name():
     assert names["past_key_values.1.key"][2] == "past_sequence_length"
     assert names["attention_mask"][1] == "past_sequence_length + sequence_length"
 
+
+
+def test_capped_past_stays_dynamic_when_every_call_had_a_full_window():
+    """Decode steps past the window all carry `window - 1` positions: the axis is still dynamic
+    (a shorter past comes with shorter prompts), so the sample is grown instead of fixing it."""
+    from transformers import DynamicCache
+
+    from optimum_dynamo.capture import infer_arguments
+    from optimum_dynamo.capture.observer import Call
+
+    calls = []
+    for step in range(3):
+        layer = DynamicSlidingWindowLayer(WINDOW)
+        layer.update(torch.randn(2, 2, WINDOW - 1, 4), torch.randn(2, 2, WINDOW - 1, 4))
+        cache = DynamicCache()
+        cache.layers = [layer]
+        total = 10 + step
+        calls.append(Call({"input_ids": torch.zeros(2, 1, dtype=torch.long),
+                           "attention_mask": torch.ones(2, total + 1, dtype=torch.long),
+                           "past_key_values": cache}, None))
+    args = infer_arguments(calls, ["input_ids", "attention_mask", "past_key_values"])
+    assert args.axis_names["past_key_values.0.key"] == {0: "batch_size", 2: SLIDING_PAST}
+    assert args.dynamic_shapes["past_key_values"][0] == {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC}

@@ -257,6 +257,10 @@ def infer_arguments(
         for n in sequence_axes(flats, names):
             dynamic[n].add(1)
     _follow_dynamic(flats, names, dynamic)
+    # A sliding layer's past stays dynamic even if every call had a full window (decode steps only).
+    bounded = set().union(*(bounded_inputs(c.kwargs, present) for c in calls)) & set(names)
+    for n in bounded:
+        dynamic[n].add(len(shapes[n][0]) - 2)
 
     def ready(i: int) -> tuple[int, int]:
         """(every dynamic axis >= 2, how many are) for call i."""
@@ -267,7 +271,7 @@ def infer_arguments(
     if not complete:
         raise CaptureError(f"no recorded call has all of the inputs {names}")
     best = max(complete, key=lambda i: (ready(i), i))
-    labels = name_axes(flats, dynamic, bounded_inputs(calls[best].kwargs, present))
+    labels = name_axes(flats, dynamic, bounded)
     sample = calls[best].kwargs
     kwargs = {n: sample[n] for n in present}
     if not ready(best)[0]:
