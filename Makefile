@@ -31,7 +31,7 @@ test-t4: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m pytest $(PYTEST_ARGS) tests
 
 test-t3: env-t3
-	HF_HUB_OFFLINE=1 .venv-t3/bin/python -m pytest $(PYTEST_ARGS) tests/test_flatten.py tests/test_caches.py
+	HF_HUB_OFFLINE=1 .venv-t3/bin/python -m pytest $(PYTEST_ARGS) tests/test_flatten.py tests/test_caches.py tests/test_cache_roundtrip.py
 
 test-t5: env-t5
 	HF_HUB_OFFLINE=1 .venv-t5/bin/python -m pytest $(PYTEST_ARGS) tests

@@ -28,6 +28,13 @@ _ENCODER = dict(
     num_attention_heads=4,
     max_position_embeddings=128,
 )
+_NO_HEAD_DIM = {k: v for k, v in _DECODER.items() if k != "head_dim"}
+_BASE = {k: v for k, v in _NO_HEAD_DIM.items() if k != "num_key_value_heads"}  # no GQA, head_dim derived
+_HYBRID = ["sliding_attention", "full_attention"]
+_MAMBA = dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
+              time_step_rank=4, use_mambapy=False)
+_LINEAR = dict(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+               linear_conv_kernel_dim=4)
 # Full constructor kwargs per model type; types not listed are decoders with _DECODER sizes.
 _SIZES = {
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, vocab_size=128),
@@ -37,18 +44,85 @@ _SIZES = {
     "qwen2_moe": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                       shared_expert_intermediate_size=32),
     "qwen3_moe": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
-    "biogpt": dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    # the decoder architecture sweep (tests/test_decoder_sweep.py); sliding windows are set by the test
+    "mistral": _DECODER,
+    "qwen2": _DECODER,
+    "qwen3": _DECODER,
+    "phi": dict(_NO_HEAD_DIM, num_key_value_heads=4, partial_rotary_factor=0.5),
+    "gemma": _DECODER,
+    "gemma3_text": dict(_DECODER, head_dim=16, query_pre_attn_scalar=16, layer_types=_HYBRID),
+    "gpt_neox": dict(_BASE, rotary_pct=0.5),
+    "gptj": dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, rotary_dim=4, n_inner=64),
+    "codegen": dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, n_ctx=128, rotary_dim=4,
+                    n_inner=64),
+    "bloom": dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4),
+    "falcon": dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                    max_position_embeddings=128),
+    "opt": dict(vocab_size=128, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+                word_embed_proj_dim=32, max_position_embeddings=128),
     "gpt_bigcode": dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, n_inner=64),
-    # per-layer cache shapes: head_dim 16 on the sliding layer, 32 on the full one (transformers 5)
-    "gemma4_text": dict(_DECODER, head_dim=16, global_head_dim=32, sliding_window=64,
-                        layer_types=["sliding_attention", "full_attention"], vocab_size_per_layer_input=128,
+    "starcoder2": _DECODER,
+    "stablelm": dict(_NO_HEAD_DIM, partial_rotary_factor=0.5),
+    "cohere": _DECODER,
+    "cohere2": dict(_DECODER, layer_types=_HYBRID),
+    "olmo": _DECODER,
+    "olmo2": _DECODER,
+    "olmo3": dict(_DECODER, layer_types=_HYBRID),
+    "granite": _DECODER,
+    "granitemoe": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2),
+    "helium": _DECODER,
+    "glm": dict(_DECODER, partial_rotary_factor=0.5),
+    "smollm3": _DECODER,
+    "persimmon": dict(_BASE, partial_rotary_factor=0.5),
+    "xglm": dict(vocab_size=128, d_model=32, ffn_dim=64, num_layers=2, attention_heads=4, max_position_embeddings=128),
+    "biogpt": _BASE,
+    "exaone4": dict(_DECODER, layer_types=_HYBRID),
+    "ministral": dict(_DECODER, layer_types=_HYBRID),
+    "gpt_oss": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, layer_types=_HYBRID),
+    "arcee": _DECODER,
+    "ernie4_5": _DECODER,
+    "seed_oss": _DECODER,
+    "apertus": _DECODER,
+    "hunyuan_v1_dense": _DECODER,
+    # recurrent state (SSM, convolution, linear attention)
+    "mamba": _MAMBA,
+    "falcon_mamba": _MAMBA,
+    "jamba": dict(_DECODER, head_dim=None, num_experts=4, num_experts_per_tok=2, expert_layer_period=2,
+                  expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4,
+                  mamba_expand=2, mamba_dt_rank=4, use_mamba_kernels=False),
+    "recurrent_gemma": dict(_DECODER, num_key_value_heads=1, lru_width=32, attention_window_size=6, conv1d_width=4,
+                            block_types=["recurrent", "attention"], partial_rotary_factor=0.5),
+    "zamba": dict(_DECODER, head_dim=None, num_hidden_layers=5, num_key_value_heads=4, attention_head_dim=16,
+                  attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                  mamba_dt_rank=4, n_mamba_heads=2, use_mamba_kernels=False),
+    "qwen3_next": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=32, partial_rotary_factor=0.5,
+                       layer_types=["linear_attention", "full_attention"], **_LINEAR),
+    "lfm2": dict(_DECODER, layer_types=["conv", "full_attention"], block_ff_dim=64, conv_L_cache=3,
+                 block_auto_adjust_ff_dim=False),
+    # transformers 5 only
+    # per-layer cache shapes: head_dim 16 on the sliding layer, 32 on the full one
+    "gemma4_text": dict(_DECODER, head_dim=16, global_head_dim=32, layer_types=_HYBRID, vocab_size_per_layer_input=128,
                         hidden_size_per_layer_input=8),
-    "gpt_oss": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
-                    layer_types=["sliding_attention", "full_attention"]),
-    # multi-head latent attention; its key/value latents are cached (transformers 5)
-    "minicpm3": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
-                     qk_rope_head_dim=8, v_head_dim=8),
+    "ministral3": _DECODER,
+    "granite_swa": dict(_DECODER, layer_types=_HYBRID),
+    "granitemoe_swa": dict(_DECODER, num_local_experts=4, num_experts_per_tok=2, layer_types=_HYBRID),
+    "cohere2_moe": dict(_DECODER, num_experts=4, num_experts_per_tok=2, layer_types=_HYBRID),
+    "cwm": dict(_DECODER, layer_types=_HYBRID),
+    "nanochat": _DECODER,
+    "internlm3": _DECODER,
+    "jais2": _DECODER,
+    "hyperclovax": _DECODER,
+    "iquestcoder": _DECODER,
+    # multi-head latent attention (needs as many kv heads as heads); its key/value latents are cached
+    "minicpm3": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8),
+    "qwen3_5_text": dict(_DECODER, layer_types=["linear_attention", "full_attention"], **_LINEAR),
+    "qwen3_5_moe_text": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=32, layer_types=["linear_attention", "full_attention"],
+                             **_LINEAR),
+    "lfm2_moe": dict(_DECODER, layer_types=["conv", "full_attention"], num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=32, num_dense_layers=1, conv_L_cache=3),
+    "olmo_hybrid": dict(_DECODER, layer_types=["linear_attention", "full_attention"]),
     "bert": _ENCODER,
     "roberta": _ENCODER,
     "electra": dict(_ENCODER, embedding_size=32),
@@ -72,6 +146,7 @@ def tiny_config(model_type: str, **overrides):
     from transformers import AutoConfig
 
     kwargs = dict(_SIZES.get(model_type, _DECODER), **overrides)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None or k not in _DECODER}  # None drops a size
     config = AutoConfig.for_model(model_type, **kwargs)
     config.pad_token_id = 0
     config.bos_token_id, config.eos_token_id = 1, 2

@@ -26,5 +26,8 @@ def assert_causal_lm_parity(ort_model, torch_model, inputs, atol=ATOL):
     keep = inputs["attention_mask"].bool()
     diff = (got[keep] - expected[keep]).abs().max().item()
     assert diff < atol, f"first-step logits differ by {diff:.3e} (atol {atol})"
-    assert torch.equal(greedy(ort_model, inputs), greedy(torch_model, inputs))
+    got_tokens, expected_tokens = greedy(ort_model, inputs), greedy(torch_model, inputs)
+    assert torch.equal(got_tokens, expected_tokens), (
+        f"greedy tokens differ (logits within {diff:.1e}): {got_tokens.tolist()} != {expected_tokens.tolist()}"
+    )
     return diff

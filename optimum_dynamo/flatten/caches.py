@@ -121,3 +121,74 @@ def flatten_encoder_decoder(cache):
     is_updated = tuple(sorted((int(i), bool(v)) for i, v in getattr(cache, "is_updated", {}).items()))
     context = ("encoder_decoder", tuple(subs), tuple(leaf[2] for leaf in leaves), is_updated)
     return [leaf[1] for leaf in leaves], [leaf[3] for leaf in leaves], context
+
+
+# StaticCache (transformers >= 4.54: a list of StaticLayer / StaticSlidingWindowLayer).
+# Leaves per initialized layer: "{i}.key", "{i}.value", and "{i}.cumulative_length" where the
+# layer keeps its write position as a tensor (transformers 5). A sliding layer's python-int
+# position (`cumulative_length` in 4.x, `cumulative_length_int` in 5.x) and each layer's
+# `max_cache_len` (already min(window, max_cache_len) for sliding layers) go in the context.
+# The deprecated 4.x subclasses (SlidingWindowCache, HybridCache, ...) hold the same layers.
+
+_STATIC_INTS = ("cumulative_length", "cumulative_length_int")
+
+
+def _static_leaves(layer) -> list[tuple[str, torch.Tensor]]:
+    leaves = [("key", layer.keys), ("value", layer.values)]
+    if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+        leaves.append(("cumulative_length", layer.cumulative_length))
+    return leaves
+
+
+def rebuild_static(cls, context, tensors):
+    from transformers.cache_utils import Cache
+
+    leaves, built = iter(tensors), []
+    for layer_path, max_cache_len, initialized, ints, parts in context[1]:
+        layer_cls = _resolve(layer_path)
+        kwargs = {"max_cache_len": max_cache_len}
+        if "sliding_window" in inspect.signature(layer_cls.__init__).parameters:
+            kwargs["sliding_window"] = max_cache_len  # the stored length is already the window
+        layer = layer_cls(**kwargs)
+        for name, value in ints:
+            setattr(layer, name, value)
+        if initialized:
+            state = {part: next(leaves) for part in parts}
+            keys, values = state["key"], state["value"]
+            layer.keys, layer.values = keys, values
+            layer.dtype, layer.device = keys.dtype, keys.device
+            if "cumulative_length" in state:
+                layer.cumulative_length = state["cumulative_length"]
+            # shape attributes lazy_initialization would have set (names differ across versions)
+            batch, heads, _, head_dim = keys.shape
+            if "value_states" in inspect.signature(layer_cls.lazy_initialization).parameters:  # 5.x
+                layer.batch_size, layer.num_heads = batch, heads
+                layer.k_head_dim, layer.v_head_dim = head_dim, values.shape[-1]
+            else:
+                layer.max_batch_size, layer.num_heads, layer.head_dim = batch, heads, head_dim
+            layer.is_initialized = True
+        built.append(layer)
+    cache = cls.__new__(cls)
+    Cache.__init__(cache, layers=built)
+    return cache
+
+
+@register_cache("transformers.cache_utils.StaticCache", unflatten=rebuild_static)
+@register_cache("transformers.cache_utils.SlidingWindowCache", unflatten=rebuild_static)
+@register_cache("transformers.cache_utils.HybridCache", unflatten=rebuild_static)
+@register_cache("transformers.cache_utils.HybridChunkedCache", unflatten=rebuild_static)
+def flatten_static(cache):
+    if not hasattr(cache, "layers"):
+        raise TypeError(f"{type(cache).__name__} of transformers < 4.54 (key_cache lists) cannot be flattened")
+    names, tensors, layers = [], [], []
+    for i, layer in enumerate(cache.layers):
+        initialized = bool(getattr(layer, "is_initialized", False))
+        parts = ()
+        if initialized:
+            leaves = _static_leaves(layer)
+            names += [f"{i}.{part}" for part, _ in leaves]
+            tensors += [t for _, t in leaves]
+            parts = tuple(part for part, _ in leaves)
+        ints = tuple((n, getattr(layer, n)) for n in _STATIC_INTS if type(getattr(layer, n, None)) is int)
+        layers.append((_class_path(layer), layer.max_cache_len, initialized, ints, parts))
+    return names, tensors, ("static", tuple(layers))

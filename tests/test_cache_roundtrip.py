@@ -1,0 +1,177 @@
+"""Every registered cache class, in the layouts the installed transformers builds: flatten -> unflatten
+gives the same tensors, the same (exact) leaf names, the same layer classes and layer attributes, also
+through torch pytree and optree while registered; a StaticCache input survives torch.export."""
+
+import optree
+import pytest
+import torch
+import torch.utils._pytree as pytree
+import transformers
+from transformers import DynamicCache, EncoderDecoderCache, StaticCache
+
+from optimum_dynamo import flatten
+from optimum_dynamo.tiny import tiny_config
+
+T5 = int(transformers.__version__.split(".")[0]) >= 5
+LAYERED = hasattr(DynamicCache(), "layers")  # transformers >= 4.54
+needs_layers = pytest.mark.skipif(not LAYERED, reason="transformers < 4.54: caches have no layers and no config")
+WINDOW = 4
+HEAD = 16
+
+
+def _fill(cache, layers, steps, batch=2, heads=2):
+    """Prefill then decode steps through the cache's own `update`, as attention layers do."""
+    position = 0
+    for n in steps:
+        kwargs = {"cache_position": torch.arange(position, position + n)}
+        for i in range(layers):
+            cache.update(torch.randn(batch, heads, n, HEAD), torch.randn(batch, heads, n, HEAD), i, kwargs)
+        position += n
+    return cache
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+def _assert_same_state(cache, rebuilt):
+    assert type(rebuilt) is type(cache)
+    if not hasattr(cache, "layers"):
+        return
+    assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in cache.layers]
+    for old, new in zip(cache.layers, rebuilt.layers):
+        assert sorted(vars(new)) == sorted(vars(old)), type(old).__name__
+        different = [k for k, v in vars(old).items() if not _same(v, vars(new)[k])]
+        assert not different, f"{type(old).__name__}: {different} differ after the round trip"
+
+
+def _round_trip(cache, names):
+    got_names, tensors, context = flatten.flatten_cache(cache)
+    assert got_names == names
+    rebuilt = flatten.unflatten_cache(type(cache), context, tensors)
+    again_names, again, again_context = flatten.flatten_cache(rebuilt)
+    assert again_names == names and again_context == context
+    assert all(_same(a, b) for a, b in zip(again, tensors))
+    with flatten.registered():
+        leaves, spec = pytree.tree_flatten(cache)
+        assert len(leaves) == len(names) and all(a is b for a, b in zip(leaves, tensors))
+        assert [str(path[0]) for path, _ in pytree.tree_flatten_with_path(cache)[0]] == [f"[{n!r}]" for n in names]
+        from_pytree = pytree.tree_unflatten(leaves, spec)
+        o_leaves, o_spec = optree.tree_flatten(cache, namespace="torch", none_is_leaf=True)
+        assert len(o_leaves) == len(names)
+        from_optree = optree.tree_unflatten(o_spec, o_leaves)
+    for other in (rebuilt, from_pytree, from_optree):
+        _assert_same_state(cache, other)
+    return rebuilt
+
+
+def _pairs(n):
+    return [f"{i}.{part}" for i in range(n) for part in ("key", "value")]
+
+
+def test_dynamic_cache():
+    _round_trip(_fill(DynamicCache(), 3, [5, 1]), _pairs(3))
+
+
+@needs_layers
+@pytest.mark.parametrize("model_type", ["mistral", "gemma2"])  # all-sliding; sliding + full (hybrid)
+def test_dynamic_cache_with_sliding_layers(model_type):
+    config = tiny_config(model_type, sliding_window=WINDOW, head_dim=HEAD)
+    cache = _fill(DynamicCache(config=config), 2, [3])  # within the window
+    assert type(cache.layers[0]).__name__ == "DynamicSlidingWindowLayer"
+    _round_trip(cache, _pairs(2))
+
+
+@needs_layers
+@pytest.mark.xfail(reason="the rebuilt DynamicSlidingWindowLayer takes cumulative_length from the kept keys "
+                          "(window - 1) instead of the tokens seen; being changed with bounded sliding exports")
+def test_dynamic_sliding_layer_keeps_cumulative_length_past_the_window():
+    cache = _fill(DynamicCache(config=tiny_config("mistral", sliding_window=WINDOW, head_dim=HEAD)), 2, [5, 1, 1])
+    assert cache.layers[0].cumulative_length == 7
+    _round_trip(cache, _pairs(2))
+
+
+def test_encoder_decoder_cache():
+    cache = EncoderDecoderCache(_fill(DynamicCache(), 2, [3, 1]), _fill(DynamicCache(), 2, [6]))
+    cache.is_updated = {0: True, 1: True}
+    names = [f"{i}.{part}.{kv}" for i in range(2) for part in ("decoder", "encoder") for kv in ("key", "value")]
+    _round_trip(cache, names)
+
+
+def test_encoder_decoder_cache_before_cross_attention():
+    cache = EncoderDecoderCache(_fill(DynamicCache(), 2, [3]), DynamicCache())
+    _round_trip(cache, [f"{i}.decoder.{kv}" for i in range(2) for kv in ("key", "value")])
+
+
+def _static_names(n):
+    parts = ("key", "value", "cumulative_length") if T5 else ("key", "value")  # 5.x: a tensor write position
+    return [f"{i}.{part}" for i in range(n) for part in parts]
+
+
+@needs_layers
+@pytest.mark.parametrize(
+    "model_type, sliding",
+    [("llama", [False, False]), ("mistral", [True, True]), ("gemma2", [True, False])],  # full, sliding, hybrid
+)
+@pytest.mark.parametrize("steps", [[3], [5, 1, 1]], ids=["within-window", "past-window"])
+def test_static_cache(model_type, sliding, steps):
+    window = {"sliding_window": WINDOW} if any(sliding) else {}
+    config = tiny_config(model_type, head_dim=HEAD, **window)
+    cache = _fill(StaticCache(config=config, max_cache_len=10), 2, steps)
+    assert [layer.is_sliding for layer in cache.layers] == sliding
+    rebuilt = _round_trip(cache, _static_names(2))
+    assert rebuilt.get_seq_length() == cache.get_seq_length()
+    assert [layer.max_cache_len for layer in rebuilt.layers] == [WINDOW if s else 10 for s in sliding]
+    # a rebuilt copy (own tensors: updates are in place) continues like the original
+    rebuilt = flatten.clone_cache(cache)
+    for c in (cache, rebuilt):
+        torch.manual_seed(1)
+        _fill(c, 2, [1])
+    _assert_same_state(cache, rebuilt)
+
+
+@needs_layers
+def test_uninitialized_static_cache_has_no_leaves():
+    cache = StaticCache(config=tiny_config("gemma2", sliding_window=WINDOW, head_dim=HEAD), max_cache_len=10)
+    _round_trip(cache, [])
+
+
+@needs_layers
+def test_export_with_a_static_cache_input_matches_eager():
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = tiny_config("llama")
+    model = AutoModelForCausalLM.from_config(config).eval()
+
+    def prefilled():
+        cache = StaticCache(config=config, max_cache_len=16)
+        with torch.no_grad():
+            model(input_ids=torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]]), past_key_values=cache,
+                  cache_position=torch.arange(4), use_cache=True)
+        return cache
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, cache_position, past_key_values):
+            return self.model(input_ids=input_ids, cache_position=cache_position, past_key_values=past_key_values,
+                              use_cache=True).logits
+
+    ids, position = torch.tensor([[13], [14]]), torch.tensor([4])
+    with flatten.registered():
+        program = torch.export.export(Step(), (ids, position, prefilled()), strict=False)
+        names = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        assert names[2:] == ["past_key_values_" + n.replace(".", "_") for n in _static_names(2)]
+        eager_cache, exported_cache = prefilled(), prefilled()
+        with torch.no_grad():
+            expected = model(input_ids=ids, cache_position=position, past_key_values=eager_cache, use_cache=True).logits
+            got = program.module()(ids, position, exported_cache)
+    assert (got - expected).abs().max().item() < 1e-5
+    # the program writes the new keys/values (and 5.x's write position) into the cache it is given
+    for a, b in zip(flatten.flatten_cache(exported_cache)[1], flatten.flatten_cache(eager_cache)[1]):
+        assert torch.allclose(a, b, atol=1e-5)
