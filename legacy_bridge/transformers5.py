@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -93,6 +94,7 @@ def _fill_attention_mask(forward):
 
 _TF = "transformers"
 _ORT = "optimum.onnxruntime.modeling_decoder"
+_ORT_S2S = "optimum.onnxruntime.modeling_seq2seq"
 _PATCHER = "optimum.exporters.onnx.model_patcher"
 
 SHIMS = [
@@ -101,12 +103,17 @@ SHIMS = [
     Shim(f"{_TF}.utils", "is_offline_mode", "5.0.0", _attr("huggingface_hub", "is_offline_mode")),
     Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
     Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
+    # optimum.onnxruntime.modeling_seq2seq imports AutoModelForVision2Seq, renamed AutoModelForImageTextToText in 5.0.
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText")),
     # ORTModelForCausalLM.from_pretrained / generate. Configs hold no generation parameters since 5.0.
     Shim(f"{_TF}.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
          lambda m: m.PretrainedConfig._get_generation_parameters),
     Shim(_ORT, "ORTModelForCausalLM.is_remote_code", "5.4.0", lambda _: classmethod(lambda cls: False)),
     # The next two appeared between 5.13 (absent) and 5.18 (present). An ONNX session has no torch experts.
     Shim(_ORT, "ORTModelForCausalLM.get_experts_implementation", "5.14.0", lambda _: lambda self: {}),
+    # The same two for encoder-decoder runtimes (ORTModelForSeq2SeqLM, ...ForSpeechSeq2Seq, ...ForVision2Seq).
+    Shim(_ORT_S2S, "ORTModelForConditionalGeneration.is_remote_code", "5.4.0", lambda _: classmethod(lambda cls: False)),
+    Shim(_ORT_S2S, "ORTModelForConditionalGeneration.get_experts_implementation", "5.14.0", lambda _: lambda self: {}),
     # generate() drops an all-ones attention_mask; ORT sessions exported with one still require it.
     Shim(_ORT, "ORTModelForCausalLM.forward", "5.14.0", lambda m: _fill_attention_mask(m.ORTModelForCausalLM.forward),
          replace=True),
@@ -129,6 +136,7 @@ def _transformers_version() -> Version:
 
 
 def _apply(shim: Shim, module) -> None:
+    module = sys.modules.get(shim.module, module)  # `transformers` replaces itself by a lazy module when imported
     *path, name = shim.attr.split(".")
     owner = module
     for part in path:
