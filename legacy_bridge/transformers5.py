@@ -27,6 +27,7 @@ class Shim:
     since: str  # first transformers version that removed the name, or started to need the change
     make: Callable[[object], object]  # module -> new value
     replace: bool = False  # overwrite an existing name (otherwise only fill a missing one)
+    trigger: str | None = None  # the import that applies the entry, when not `module`'s own
 
 
 def _attr(module: str, name: str) -> Callable[[object], object]:
@@ -104,7 +105,8 @@ SHIMS = [
     Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
     Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
     # optimum.onnxruntime.modeling_seq2seq imports AutoModelForVision2Seq, renamed AutoModelForImageTextToText in 5.0.
-    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText")),
+    # Applied when optimum.onnxruntime is imported, on the `transformers` module of that moment.
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), trigger="optimum.onnxruntime"),
     # ORTModelForCausalLM.from_pretrained / generate. Configs hold no generation parameters since 5.0.
     Shim(f"{_TF}.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
          lambda m: m.PretrainedConfig._get_generation_parameters),
@@ -160,4 +162,7 @@ def install() -> None:
     version = _transformers_version()
     for shim in SHIMS:
         if version >= Version(shim.since):
-            when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))
+            if shim.trigger:
+                when_imported(shim.trigger, lambda _, shim=shim: _apply(shim, importlib.import_module(shim.module)))
+            else:
+                when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))

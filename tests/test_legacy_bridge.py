@@ -30,6 +30,8 @@ TRANSFORMERS = Version(transformers.__version__)
 
 
 def _resolve(shim):
+    if shim.trigger:
+        importlib.import_module(shim.trigger)
     owner = importlib.import_module(shim.module)
     *path, name = shim.attr.split(".")
     for part in path:
@@ -80,6 +82,9 @@ USAGE = {
     "DynamicCache.to_legacy_cache": _check_legacy_cache,
     "EncoderDecoderCache.from_legacy_cache": _check_legacy_cache,
     "EncoderDecoderCache.to_legacy_cache": _check_legacy_cache,
+    "AutoModelForVision2Seq": lambda cls: cls.__name__ in ("AutoModelForVision2Seq", "AutoModelForImageTextToText"),
+    "ORTModelForConditionalGeneration.is_remote_code": lambda fn: fn() is False,
+    "ORTModelForConditionalGeneration.get_experts_implementation": lambda fn: fn(None) == {},
     "sdpa_mask_without_vmap": callable,
     "eager_mask_without_vmap": callable,
 }
