@@ -105,8 +105,11 @@ SHIMS = [
     Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
     Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
     # optimum.onnxruntime.modeling_seq2seq imports AutoModelForVision2Seq, renamed AutoModelForImageTextToText in 5.0.
-    # Applied when optimum.onnxruntime is imported, on the `transformers` module of that moment.
-    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), trigger="optimum.onnxruntime"),
+    # Set when transformers is imported and again when optimum.onnxruntime is: the name was seen to vanish
+    # from transformers' lazy module in between (after a model was built).
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText")),
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), replace=True,
+         trigger="optimum.onnxruntime"),
     # ORTModelForCausalLM.from_pretrained / generate. Configs hold no generation parameters since 5.0.
     Shim(f"{_TF}.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
          lambda m: m.PretrainedConfig._get_generation_parameters),
