@@ -165,16 +165,19 @@ def test_whisper_through_ort_speech_seq2seq(tmp_path):
     ort_model = ORTModelForSpeechSeq2Seq.from_pretrained(out)
     t = np.arange(12000) / 16000  # 0.75 s tones, padded by the feature extractor to its 1 s window
     waves = [np.sin(2 * np.pi * f * t).astype(np.float32) for f in (300, 500)]
-    features = AutoFeatureExtractor.from_pretrained(out)(waves, sampling_rate=16000, return_tensors="pt")
+    extractor = AutoFeatureExtractor.from_pretrained(out)
+    features = extractor(waves, sampling_rate=16000, return_tensors="pt", return_attention_mask=True)
+    mask = features["attention_mask"]  # the transformers-4 capture records one for the encoder
     features = features["input_features"]
     greedy = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
     # no return_dict_in_generate: on transformers 5 Whisper's generate then splits the cache per row and
     # needs an EncoderDecoderCache, while optimum-onnx 0.1.0's runtime returns tuples
     with torch.no_grad():
         expected = torch_model.generate(features, **greedy)
-        reference = torch_model(input_features=features, decoder_input_ids=expected).logits
+        reference = torch_model(input_features=features, attention_mask=mask, decoder_input_ids=expected).logits
     assert torch.equal(ort_model.generate(features, **greedy), expected)
-    logits = ort_model(input_features=features, decoder_input_ids=expected).logits  # every position at once
+    # every position at once
+    logits = ort_model(input_features=features, attention_mask=mask, decoder_input_ids=expected).logits
     diff = (logits - reference).abs().max().item()
     assert diff < ATOL, f"logits differ by {diff:.3e}"
 

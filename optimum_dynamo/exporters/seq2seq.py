@@ -110,16 +110,18 @@ def components(model, encoder_calls: list[Call], model_calls: list[Call], with_p
     decoder_labels = {"sequence_length": "decoder_sequence_length"}
     parts = [
         Component("encoder_model", model.get_encoder(), encoder_calls, encoder_inputs,
-                  {"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state"),
+                  {"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state",
+                  drop_unused=("attention_mask",)),  # Whisper's generate passes one its encoder never reads
         Component("decoder_model", DecoderWithHead(model, with_past),
-                  [c for c in decoder_calls if "past_key_values" not in c.kwargs], DECODER_INPUTS, decoder_labels),
+                  [c for c in decoder_calls if "past_key_values" not in c.kwargs], DECODER_INPUTS, decoder_labels,
+                  drop_unused=("encoder_attention_mask",)),
     ]
     if with_past:
         # optimum's with-past decoder returns the self-attention cache only (the cross cache is an input)
         parts.append(Component("decoder_with_past_model", DecoderWithHead(model, True),
                                [c for c in decoder_calls if "past_key_values" in c.kwargs], DECODER_INPUTS,
                                decoder_labels, keep="logits,present.*.decoder.*",
-                               drop_unused=("encoder_hidden_states",)))
+                               drop_unused=("encoder_hidden_states", "encoder_attention_mask")))
     return parts
 
 
