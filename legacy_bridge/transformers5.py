@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -26,6 +27,7 @@ class Shim:
     since: str  # first transformers version that removed the name, or started to need the change
     make: Callable[[object], object]  # module -> new value
     replace: bool = False  # overwrite an existing name (otherwise only fill a missing one)
+    trigger: str | None = None  # the import that applies the entry, when not `module`'s own
 
 
 def _attr(module: str, name: str) -> Callable[[object], object]:
@@ -93,6 +95,7 @@ def _fill_attention_mask(forward):
 
 _TF = "transformers"
 _ORT = "optimum.onnxruntime.modeling_decoder"
+_ORT_S2S = "optimum.onnxruntime.modeling_seq2seq"
 _PATCHER = "optimum.exporters.onnx.model_patcher"
 
 SHIMS = [
@@ -101,12 +104,21 @@ SHIMS = [
     Shim(f"{_TF}.utils", "is_offline_mode", "5.0.0", _attr("huggingface_hub", "is_offline_mode")),
     Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
     Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
+    # optimum.onnxruntime.modeling_seq2seq imports AutoModelForVision2Seq, renamed AutoModelForImageTextToText in 5.0.
+    # Set when transformers is imported and again when optimum.onnxruntime is: the name was seen to vanish
+    # from transformers' lazy module in between (after a model was built).
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText")),
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), replace=True,
+         trigger="optimum.onnxruntime"),
     # ORTModelForCausalLM.from_pretrained / generate. Configs hold no generation parameters since 5.0.
     Shim(f"{_TF}.configuration_utils", "PretrainedConfig._get_non_default_generation_parameters", "5.0.0",
          lambda m: m.PretrainedConfig._get_generation_parameters),
     Shim(_ORT, "ORTModelForCausalLM.is_remote_code", "5.4.0", lambda _: classmethod(lambda cls: False)),
     # The next two appeared between 5.13 (absent) and 5.18 (present). An ONNX session has no torch experts.
     Shim(_ORT, "ORTModelForCausalLM.get_experts_implementation", "5.14.0", lambda _: lambda self: {}),
+    # The same two for encoder-decoder runtimes (ORTModelForSeq2SeqLM, ...ForSpeechSeq2Seq, ...ForVision2Seq).
+    Shim(_ORT_S2S, "ORTModelForConditionalGeneration.is_remote_code", "5.4.0", lambda _: classmethod(lambda cls: False)),
+    Shim(_ORT_S2S, "ORTModelForConditionalGeneration.get_experts_implementation", "5.14.0", lambda _: lambda self: {}),
     # generate() drops an all-ones attention_mask; ORT sessions exported with one still require it.
     Shim(_ORT, "ORTModelForCausalLM.forward", "5.14.0", lambda m: _fill_attention_mask(m.ORTModelForCausalLM.forward),
          replace=True),
@@ -129,6 +141,7 @@ def _transformers_version() -> Version:
 
 
 def _apply(shim: Shim, module) -> None:
+    module = sys.modules.get(shim.module, module)  # `transformers` replaces itself by a lazy module when imported
     *path, name = shim.attr.split(".")
     owner = module
     for part in path:
@@ -152,4 +165,7 @@ def install() -> None:
     version = _transformers_version()
     for shim in SHIMS:
         if version >= Version(shim.since):
-            when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))
+            if shim.trigger:
+                when_imported(shim.trigger, lambda _, shim=shim: _apply(shim, importlib.import_module(shim.module)))
+            else:
+                when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))

@@ -123,11 +123,12 @@ def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remo
     from optimum.exporters.tasks import TasksManager
 
     from .exporters import export_onnx
+    from .tasks import ENCODER_DECODER_TASKS
 
     if kwargs.get("task") is not None:
         raise ValueError(f"`task` is inferred from {cls.__name__}; do not pass it")
     task = TasksManager._infer_task_from_model_or_model_class(model_class=cls.auto_model_class)
-    if use_cache and task == "text-generation":
+    if use_cache and (task == "text-generation" or task in ENCODER_DECODER_TASKS):
         task += "-with-past"
     hub = {k: kwargs.pop(k) for k in _HUB_OPTIONS if k in kwargs}
     save_dir = TemporaryDirectory()
@@ -149,6 +150,7 @@ def install() -> None:
     import legacy_bridge
 
     legacy_bridge.install()
-    for module in ("optimum.onnxruntime.modeling", "optimum.onnxruntime.modeling_decoder"):
+    for module in ("optimum.onnxruntime.modeling", "optimum.onnxruntime.modeling_decoder",
+                   "optimum.onnxruntime.modeling_seq2seq"):
         when_imported(module, _patch_runtime)
     when_imported("optimum.commands.export.onnx", lambda m: install_cli(m.ONNXExportCommand))

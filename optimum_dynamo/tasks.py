@@ -6,7 +6,13 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .capture import drive_image_forward, drive_multiple_choice, drive_text_forward, drive_text_generation
+from .capture import (
+    drive_image_forward,
+    drive_multiple_choice,
+    drive_seq2seq_generation,
+    drive_text_forward,
+    drive_text_generation,
+)
 from .errors import ExportError
 
 
@@ -15,6 +21,7 @@ class TaskSpec:
     driver: Callable  # runs the model the way users do, under observation
     runtime_class: str  # optimum.onnxruntime class that loads the export
     constants: dict[str, Any] = field(default_factory=dict)  # fixed kwargs of the exported forward
+    encoder_decoder: bool = False  # exported as encoder + decoder graphs (exporters/seq2seq.py)
 
 
 # Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
@@ -27,7 +34,13 @@ SUPPORTED: dict[str, TaskSpec] = {
     "question-answering": TaskSpec(drive_text_forward, "ORTModelForQuestionAnswering"),
     "multiple-choice": TaskSpec(drive_multiple_choice, "ORTModelForMultipleChoice"),
     "image-classification": TaskSpec(drive_image_forward, "ORTModelForImageClassification"),
+    "text2text-generation": TaskSpec(drive_seq2seq_generation, "ORTModelForSeq2SeqLM", encoder_decoder=True),
+    "automatic-speech-recognition": TaskSpec(drive_seq2seq_generation, "ORTModelForSpeechSeq2Seq", encoder_decoder=True),
+    "image-to-text": TaskSpec(drive_seq2seq_generation, "ORTModelForVision2Seq", encoder_decoder=True),
 }
+
+
+ENCODER_DECODER_TASKS = [name for name, spec in SUPPORTED.items() if spec.encoder_decoder]
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,8 @@ def resolve_task(task: str | None, model_id: str, config) -> Task:
     if task in (None, "auto"):
         task = infer_task(model_id, config)
         if task == "text-generation" and "past_key_values" in _forward_params(config):
+            task += "-with-past"
+        elif task in ENCODER_DECODER_TASKS:
             task += "-with-past"
     with_past = task.endswith("-with-past")
     base = task.removesuffix("-with-past")

@@ -35,6 +35,11 @@ _MAMBA = dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2,
               time_step_rank=4, use_mambapy=False)
 _LINEAR = dict(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
                linear_conv_kernel_dim=4)
+_BART = dict(
+    d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, encoder_layers=2, decoder_layers=2,
+    encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=128, max_position_embeddings=128,
+    decoder_start_token_id=2,
+)
 # Full constructor kwargs per model type; types not listed are decoders with _DECODER sizes.
 _SIZES = {
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, vocab_size=128),
@@ -132,6 +137,15 @@ _SIZES = {
                 intermediate_size=64),
     "convnext": dict(image_size=32, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_channels=3),
     "resnet": dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"),
+    # encoder-decoders (seq2seq, speech)
+    "t5": dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, vocab_size=128,
+               decoder_start_token_id=0),
+    "bart": dict(_BART, forced_bos_token_id=None, forced_eos_token_id=None),
+    "mbart": dict(_BART, forced_bos_token_id=None, forced_eos_token_id=None),
+    "marian": dict(_BART, decoder_vocab_size=128, decoder_start_token_id=0, forced_eos_token_id=None),
+    "m2m_100": dict(_BART, forced_bos_token_id=None, forced_eos_token_id=None),
+    "whisper": dict(_BART, num_mel_bins=16, max_source_positions=32, max_target_positions=64,
+                    decoder_start_token_id=1, begin_suppress_tokens=None, suppress_tokens=None),
 }
 
 _CORPUS = [
@@ -261,4 +275,31 @@ def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, **text_ov
     model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model.save_pretrained(path)
     _tiny_processor(model_type, config).save_pretrained(path)
+    return path
+
+
+def save_tiny_speech_seq2seq(path: str | Path, *, seed: int = 0) -> Path:
+    """A tiny Whisper (16 mel bins, 64 frames = 1 s of 16 kHz audio), its feature extractor and a tokenizer."""
+    from transformers import WhisperFeatureExtractor
+
+    path = save_tiny_model("whisper", "automatic-speech-recognition", path, seed=seed)
+    WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=250, chunk_length=1, n_fft=400).save_pretrained(path)
+    return path
+
+
+def save_tiny_vision_seq2seq(path: str | Path, *, seed: int = 0) -> Path:
+    """A tiny VisionEncoderDecoderModel (ViT encoder, GPT-2 decoder with cross-attention), its image
+    processor and a tokenizer."""
+    from transformers import GenerationConfig, ViTImageProcessor, VisionEncoderDecoderConfig, VisionEncoderDecoderModel
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    decoder = tiny_config("gpt2", is_decoder=True, add_cross_attention=True)
+    config = VisionEncoderDecoderConfig.from_encoder_decoder_configs(tiny_config("vit"), decoder)
+    config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 1, 0, 2
+    model = VisionEncoderDecoderModel(config=config).eval()
+    model.generation_config = GenerationConfig(decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model.save_pretrained(path)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(path)
+    tiny_tokenizer(decoder.vocab_size).save_pretrained(path)
     return path

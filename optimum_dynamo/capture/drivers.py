@@ -145,3 +145,70 @@ def drive_image_forward(model, processor=None) -> None:
         model(pixel_values=torch.randn(3, channels, size + 16, size + 16, generator=g))
     except Exception:  # fixed-size models (e.g. ViT without interpolation): vary the batch only
         model(pixel_values=torch.randn(3, channels, size, size, generator=g))
+
+
+# ── Encoder-decoder models (seq2seq, speech, vision) ──
+# Two `generate` runs (batch 2 then 3, different encoder lengths), then a scoring forward with three
+# decoder tokens and no cache, then two more decoder tokens on that cache: so the decoder is seen with and
+# without a cache, one and several new tokens.
+
+
+def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
+    """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor."""
+    import numpy as np
+
+    rate = getattr(processor, "sampling_rate", 16000)
+    rng = np.random.default_rng(0)
+    batches = []
+    for batch, seconds in ((2, 0.5), (3, 0.8)):
+        t = np.arange(int(rate * seconds)) / rate
+        waves = [(0.3 * np.sin(2 * np.pi * (220 + 110 * i) * t) + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+                 for i in range(batch)]
+        features = processor(waves, sampling_rate=rate, return_tensors="pt")
+        batches.append({"input_features": features["input_features"]})
+    return batches
+
+
+def _image_batches(model, processor) -> list[dict[str, torch.Tensor]]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for batch, (height, width) in ((2, (40, 48)), (3, (56, 64))):
+        images = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(batch)]
+        batches.append({"pixel_values": processor(images=images, return_tensors="pt")["pixel_values"]})
+    return batches
+
+
+def encoder_batches(model, tokenizer=None, processor=None) -> list[dict[str, torch.Tensor]]:
+    """Two batches of encoder inputs of the model's modality (text rows are left-padded)."""
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_features":
+        return _speech_batches(model, processor)
+    if main == "pixel_values":
+        return _image_batches(model, processor)
+    config = model.config
+    pad = config.pad_token_id if config.pad_token_id is not None else 0
+    return [{"input_ids": s.input_ids, "attention_mask": s.attention_mask}
+            for s in text_samples(tokenizer, config.vocab_size, pad)]
+
+
+@torch.no_grad()
+def drive_seq2seq_generation(model, tokenizer=None, processor=None) -> None:
+    batches = encoder_batches(model, tokenizer, processor)
+    generation = model.generation_config
+    options = dict(do_sample=False, max_new_tokens=_NEW_TOKENS, min_new_tokens=_NEW_TOKENS)
+    if generation.pad_token_id is None:
+        options["pad_token_id"] = model.config.pad_token_id or 0
+    for batch in batches:
+        model.generate(**batch, **options)
+    batch = batches[-1]
+    rows = next(iter(batch.values())).shape[0]
+    start = generation.decoder_start_token_id
+    start = start[0] if isinstance(start, list) else start
+    tokens = torch.randint(3, 16, (rows, 5), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = start if start is not None else 0
+    scored = model(**batch, decoder_input_ids=tokens[:, :3], use_cache=True)
+    masks = {k: v for k, v in batch.items() if k == "attention_mask"}
+    model(**masks, encoder_outputs=(scored.encoder_last_hidden_state,), decoder_input_ids=tokens[:, 3:],
+          past_key_values=scored.past_key_values, use_cache=True)

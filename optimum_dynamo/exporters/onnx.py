@@ -125,8 +125,26 @@ def export_onnx(model_id: str, output, task: str | None = None, **options) -> Ex
     """Export `model_id` (hub id or local dir) to `output` with the dynamo path."""
     from pathlib import Path
 
+    if _is_encoder_decoder(model_id, task, options):
+        from .seq2seq import export_seq2seq
+
+        return export_seq2seq(model_id, output, task, **options)
     ctx = ExportContext(model_id=str(model_id), output=Path(output), task_name=task, options=options)
     return OnnxExporter().run(ctx)
+
+
+def _is_encoder_decoder(model_id, task: str | None, options: dict) -> bool:
+    """Whether the task is exported as encoder + decoder graphs (errors are left to the load stage)."""
+    from transformers import AutoConfig
+
+    from ..tasks import resolve_task
+
+    try:
+        kwargs = {"trust_remote_code": options.get("trust_remote_code", False), **options.get("hub_options", {})}
+        config = None if task not in (None, "auto") else AutoConfig.from_pretrained(str(model_id), **kwargs)
+        return resolve_task(task, str(model_id), config).spec.encoder_decoder
+    except Exception:
+        return False
 
 
 __all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "export_onnx", "rename_io"]

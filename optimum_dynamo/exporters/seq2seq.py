@@ -1,0 +1,285 @@
+"""Encoder-decoder models (seq2seq, speech, vision): several ONNX graphs in optimum's layout.
+
+The shared stages run once per component; a component is one graph and the calls recorded for it
+during the capture (real `generate` runs plus a scoring forward):
+
+    encoder_model.onnx            the encoder's calls
+    decoder_model.onnx            decoder steps without a cache (first step, scoring), decoder + LM head
+    decoder_with_past_model.onnx  decoder steps on a filled cache (any past length, any new tokens)
+
+Names are optimum's (`encoder_hidden_states`, `past_key_values.N.decoder.key`, `present.N.encoder.key`...),
+so `ORTModelForSeq2SeqLM` / `ORTModelForSpeechSeq2Seq` / `ORTModelForVision2Seq` load the directory unchanged.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+import torch
+from transformers.modeling_outputs import BaseModelOutput
+
+from .. import patches
+from ..capture import Call, CaptureError, infer_arguments, observe
+from ..errors import ExportError
+from ..flatten import flat_inputs, flat_outputs
+from ..manifest import MANIFEST_FILE, versions
+from ..validate import as_dicts, compare, table
+from .base import ExportContext, logger, stage
+from .onnx import WARN_ABOVE, OnnxExporter, rename_io
+
+ENCODER_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values", "input_values")
+DECODER_INPUTS = ("input_ids", "encoder_hidden_states", "encoder_attention_mask", "past_key_values")
+
+
+class DecoderWithHead(torch.nn.Module):
+    """The decoder side as optimum's runtime runs it: decoder + LM head, from the encoder's hidden states."""
+
+    def __init__(self, model: torch.nn.Module, use_cache: bool):
+        super().__init__()
+        self.model, self.use_cache = model, use_cache
+        self._takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
+
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, past_key_values=None):
+        extra = {"attention_mask": encoder_attention_mask} if self._takes_mask and encoder_attention_mask is not None else {}
+        out = self.model(
+            decoder_input_ids=input_ids,
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+            past_key_values=past_key_values,
+            use_cache=self.use_cache,
+            return_dict=True,
+            **extra,
+        )
+        return {"logits": out.logits, "past_key_values": out.past_key_values} if self.use_cache else {"logits": out.logits}
+
+
+@dataclass
+class Component:
+    name: str  # file stem, optimum's name
+    module: torch.nn.Module
+    calls: list[Call]
+    inputs: tuple[str, ...]
+    labels: dict[str, str] = field(default_factory=dict)  # inferred axis name -> optimum's name here
+    keep: str = "*"  # outputs written (fnmatch patterns, comma-separated); others are dropped
+    drop_unused: tuple[str, ...] = ()  # inputs removed when the optimized graph does not read them
+    arguments: Any = None
+    program: Any = None
+    onnx_program: Any = None
+    output_names: list[str] = field(default_factory=list)
+    discrepancies: list[Any] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[str]:
+        return [f"{self.name}.onnx", f"{self.name}.onnx_data"]
+
+
+@dataclass
+class Seq2SeqContext(ExportContext):
+    processor: Any = None  # feature extractor or image processor
+    components: list[Component] = field(default_factory=list)
+
+
+def _has_past(kwargs: dict) -> bool:
+    return bool(flat_inputs(kwargs, ["past_key_values"]))
+
+
+def decoder_call(call: Call, use_cache: bool) -> Call:
+    """A call of the whole model, seen from the decoder: optimum's decoder inputs and outputs."""
+    kw = call.kwargs
+    encoder = kw.get("encoder_outputs")
+    hidden = encoder[0] if encoder is not None else call.outputs.encoder_last_hidden_state
+    inputs = {"input_ids": kw["decoder_input_ids"], "encoder_hidden_states": hidden}
+    if kw.get("attention_mask") is not None:
+        inputs["encoder_attention_mask"] = kw["attention_mask"]
+    if use_cache and _has_past(kw):
+        inputs["past_key_values"] = kw["past_key_values"]
+    outputs = {"logits": call.outputs.logits}
+    if use_cache:
+        outputs["past_key_values"] = call.outputs.past_key_values
+    return Call(inputs, outputs)
+
+
+def components(model, encoder_calls: list[Call], model_calls: list[Call], with_past: bool) -> list[Component]:
+    decoder_calls = [decoder_call(c, with_past) for c in model_calls if c.kwargs.get("decoder_input_ids") is not None]
+    encoder_inputs = tuple(p for p in inspect.signature(model.get_encoder().forward).parameters if p in ENCODER_INPUTS)
+    decoder_labels = {"sequence_length": "decoder_sequence_length"}
+    parts = [
+        Component("encoder_model", model.get_encoder(), encoder_calls, encoder_inputs,
+                  {"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state",
+                  drop_unused=("attention_mask",)),  # Whisper's generate passes one its encoder never reads
+        Component("decoder_model", DecoderWithHead(model, with_past),
+                  [c for c in decoder_calls if "past_key_values" not in c.kwargs], DECODER_INPUTS, decoder_labels,
+                  drop_unused=("encoder_attention_mask",)),
+    ]
+    if with_past:
+        # optimum's with-past decoder returns the self-attention cache only (the cross cache is an input)
+        parts.append(Component("decoder_with_past_model", DecoderWithHead(model, True),
+                               [c for c in decoder_calls if "past_key_values" in c.kwargs], DECODER_INPUTS,
+                               decoder_labels, keep="logits,present.*.decoder.*",
+                               drop_unused=("encoder_hidden_states", "encoder_attention_mask")))
+    return parts
+
+
+def _kept(name: str, keep: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in keep.split(","))
+
+
+class Seq2SeqOnnxExporter(OnnxExporter):
+    """The ONNX exporter's stages (same names, same order), each run for every component."""
+
+    def load(self, ctx: Seq2SeqContext) -> None:
+        super().load(ctx)
+        ctx.processor = _processor(ctx.model_id, ctx.options)
+
+    def capture(self, ctx: Seq2SeqContext) -> None:
+        model = ctx.model
+        with observe(encoder=model.get_encoder(), model=model) as obs:
+            ctx.task.spec.driver(model, ctx.tokenizer, ctx.processor)
+        ctx.observer = obs["model"]
+        ctx.components = components(model, obs["encoder"].calls, obs["model"].calls, ctx.task.with_past)
+        for part in ctx.components:
+            logger.info("    %s: %d calls recorded", part.name, len(part.calls))
+
+    def infer(self, ctx: Seq2SeqContext) -> None:
+        for part in ctx.components:
+            try:
+                args = infer_arguments(part.calls, part.inputs)
+            except CaptureError as e:
+                raise ExportError(f"{part.name}: {e}") from e
+            args.axis_names = {n: {a: part.labels.get(label, label) for a, label in axes.items()}
+                               for n, axes in args.axis_names.items()}
+            part.arguments = args
+
+    def export_program(self, ctx: Seq2SeqContext) -> None:
+        for part in ctx.components:
+            args = part.arguments
+            # no empty cache here (the first step has its own graph): no need for size-oblivious tracing,
+            # which makes T5's attention reshape fail to decompose on transformers 5
+            with patches.applied(), torch.no_grad():
+                part.program = torch.export.export(
+                    part.module, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
+                )
+
+    def translate(self, ctx: Seq2SeqContext) -> None:
+        for part in ctx.components:
+            part.onnx_program = torch.onnx.export(
+                part.program, dynamo=True, optimize=False, opset_version=ctx.options.get("opset")
+            )
+
+    def name_io(self, ctx: Seq2SeqContext) -> None:
+        for part in ctx.components:
+            sample = part.calls[part.arguments.sample_call]
+            names = list(flat_outputs(sample.outputs))
+            graph = part.onnx_program.model.graph
+            if len(graph.outputs) != len(names):
+                raise ExportError(f"{part.name}: graph has {len(graph.outputs)} outputs, expected {len(names)}")
+            # drop before naming: a dropped output may be an input passed through (the cross cache)
+            kept = [(value, name) for value, name in zip(graph.outputs, names) if _kept(name, part.keep)]
+            graph.outputs.clear()
+            graph.outputs.extend(value for value, _ in kept)
+            part.output_names = [name for _, name in kept]
+            rename_io(part.onnx_program.model, part.arguments.input_names, part.arguments.axis_names, part.output_names)
+
+    def optimize(self, ctx: Seq2SeqContext) -> None:
+        if ctx.options.get("optimize", True):
+            for part in ctx.components:
+                part.onnx_program.optimize()
+        for part in ctx.components:  # e.g. the encoder's states once the cross cache is given
+            graph = part.onnx_program.model.graph
+            unused = [v for v in graph.inputs if v.name in part.drop_unused and not v.uses()]
+            for value in unused:
+                graph.inputs.remove(value)
+
+    def save(self, ctx: Seq2SeqContext) -> None:
+        for part in ctx.components:
+            onnx_file, data_file = part.files
+            ir.save(part.onnx_program.model, ctx.staging / onnx_file, external_data=data_file)
+
+    def copy_files(self, ctx: Seq2SeqContext) -> None:
+        super().copy_files(ctx)
+        if ctx.processor is not None:
+            ctx.processor.save_pretrained(ctx.staging)
+
+    def validate(self, ctx: Seq2SeqContext) -> None:
+        import onnxruntime as ort
+
+        atol = ctx.options.get("atol")
+        for part in ctx.components:
+            session = ort.InferenceSession(str(ctx.staging / part.files[0]), providers=["CPUExecutionProvider"])
+            part.discrepancies = compare(_GraphInputs(session), part.calls, part.arguments, part.output_names, part.module)
+            logger.info("    %s: onnxruntime vs PyTorch on %d calls:\n%s", part.name, len(part.calls),
+                        table(part.discrepancies))
+            worst = max(part.discrepancies, key=lambda r: r.max_abs, default=None)
+            if worst is None:
+                continue
+            if atol is None and worst.max_abs > WARN_ABOVE:
+                logger.warning("    warning: %s output %r differs from PyTorch by %.3e (> %g); pass --atol to make "
+                               "this an error", part.name, worst.output, worst.max_abs, WARN_ABOVE)
+            if atol is not None and worst.max_abs > atol:
+                raise ExportError(f"{part.name} output {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} "
+                                  f"> atol {atol:g} (call {worst.worst_call})")
+
+    def manifest(self, ctx: Seq2SeqContext) -> None:
+        parts = {
+            part.name: {
+                "files": part.files,
+                "inputs": [v.name for v in part.onnx_program.model.graph.inputs],
+                "outputs": part.output_names,
+                "dynamic_axes": {n: {str(a): label for a, label in axes.items()}
+                                 for n, axes in part.arguments.axis_names.items()},
+                "calls_recorded": len(part.calls),
+                "sample_call": part.arguments.sample_call,
+                "discrepancies": as_dicts(part.discrepancies),
+            }
+            for part in ctx.components
+        }
+        data = {
+            "exporter": "dynamo",
+            "model": ctx.model_id,
+            "task": ctx.task.name,
+            "versions": versions(),
+            "files": [f for part in ctx.components for f in part.files],
+            "components": parts,
+            "discrepancies": [dict(row, component=name) for name, part in parts.items() for row in part["discrepancies"]],
+            "timings_s": ctx.timings,
+        }
+        (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+class _GraphInputs:
+    """A session fed only the inputs its graph kept (see `Component.drop_unused`)."""
+
+    def __init__(self, session):
+        self.session, self._names = session, {i.name for i in session.get_inputs()}
+
+    def get_outputs(self):
+        return self.session.get_outputs()
+
+    def run(self, outputs, feed):
+        return self.session.run(outputs, {k: v for k, v in feed.items() if k in self._names})
+
+
+def _processor(model_id: str, options: dict):
+    """The checkpoint's feature extractor or image processor (None for text models)."""
+    from transformers import AutoFeatureExtractor, AutoImageProcessor
+
+    kwargs = {"trust_remote_code": options.get("trust_remote_code", False), **options.get("hub_options", {})}
+    for auto in (AutoImageProcessor, AutoFeatureExtractor):
+        try:
+            return auto.from_pretrained(model_id, **kwargs)
+        except Exception:
+            continue
+    return None
+
+
+def export_seq2seq(model_id: str, output, task: str | None = None, **options) -> Seq2SeqContext:
+    ctx = Seq2SeqContext(model_id=str(model_id), output=Path(output), task_name=task, options=options)
+    return Seq2SeqOnnxExporter().run(ctx)
+
+
+__all__ = ["Component", "DecoderWithHead", "Seq2SeqOnnxExporter", "components", "decoder_call", "export_seq2seq"]

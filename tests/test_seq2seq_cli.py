@@ -1,0 +1,201 @@
+"""`optimum-cli export onnx --dynamo` for encoder-decoder models, checked through ORTModelForSeq2SeqLM:
+encoder + decoder + decoder-with-past graphs in optimum's layout, greedy tokens and every step's scores
+equal to PyTorch's on a padded batch."""
+
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from optimum_dynamo.manifest import read_manifest
+from optimum_dynamo.tiny import save_tiny_model
+
+from conftest import optimum_cli
+
+MODELS = ["t5", "bart", "marian", "m2m_100"]
+TASK = "text2text-generation-with-past"
+FILES = ["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"]
+PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tmp_path_factory):
+    """(checkpoint, --dynamo export) per model type, made once per module."""
+    root, made = tmp_path_factory.mktemp("seq2seq"), {}
+
+    def get(model_type):
+        if model_type not in made:
+            ckpt = save_tiny_model(model_type, "text2text-generation", root / f"ckpt-{model_type}")
+            out = root / f"onnx-{model_type}"
+            run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", TASK, out)
+            assert run.returncode == 0, run.stderr[-3000:]
+            made[model_type] = ckpt, out
+        return made[model_type]
+
+    return get
+
+
+def _batch(tokenizer):
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    assert (batch["attention_mask"] == 0).any(), "the batch must have a padded row"
+    return {k: batch[k] for k in ("input_ids", "attention_mask")}
+
+
+def _generate(model, inputs):
+    return model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                          output_scores=True, return_dict_in_generate=True)
+
+
+@pytest.mark.parametrize("model_type", MODELS)
+def test_greedy_and_scores_match_pytorch(model_type, seq2seq):
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    ckpt, out = seq2seq(model_type)
+    # PyTorch first: ORTModelForSeq2SeqLM registers its model type with AutoConfig when built (optimum-onnx 0.1.0)
+    torch_model = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
+    ort_model = ORTModelForSeq2SeqLM.from_pretrained(out)
+    assert ort_model.decoder_with_past is not None and not ort_model.decoder.is_merged
+    inputs = _batch(AutoTokenizer.from_pretrained(out))
+    with torch.no_grad():
+        expected = _generate(torch_model, inputs)
+    got = _generate(ort_model, inputs)
+    assert torch.equal(got.sequences, expected.sequences)
+    # every step's scores: step 1 runs decoder_model, steps 2..8 decoder_with_past_model (past 1..7)
+    assert all(torch.equal(a.isinf(), b.isinf()) for a, b in zip(got.scores, expected.scores))  # min_new_tokens
+    diff = max((a - b)[b.isfinite()].abs().max().item() for a, b in zip(got.scores, expected.scores))
+    assert len(got.scores) == 8 and diff < ATOL, f"scores differ by {diff:.3e}"
+    manifest = read_manifest(out)
+    assert manifest["exporter"] == "dynamo" and manifest["task"] == TASK
+    assert sorted(manifest["components"]) == sorted(f.removesuffix(".onnx") for f in FILES)
+    assert max(row["max_abs"] for row in manifest["discrepancies"]) < ATOL
+
+
+def test_from_pretrained_export_dynamo(tmp_path):
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    ckpt = save_tiny_model("bart", "text2text-generation", tmp_path / "bart")
+    torch_model = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
+    ort_model = ORTModelForSeq2SeqLM.from_pretrained(ckpt, export=True, dynamo=True)
+    assert read_manifest(ort_model.model_save_dir)["task"] == TASK
+    inputs = _batch(AutoTokenizer.from_pretrained(ckpt))
+    with torch.no_grad():
+        expected = _generate(torch_model, inputs)
+    assert torch.equal(_generate(ort_model, inputs).sequences, expected.sequences)
+
+
+def _io(path):
+    model = onnx.load(str(path), load_external_data=False)
+    return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_files_and_io_names_equal_torchscript_export(model_type, seq2seq, tmp_path):
+    ckpt, out = seq2seq(model_type)
+    run = optimum_cli("export", "onnx", "--model", ckpt, "--task", TASK, tmp_path / "ts")
+    assert run.returncode == 0, run.stderr[-3000:]
+    for name in FILES:
+        ts_inputs, ts_outputs = _io(tmp_path / "ts" / name)
+        inputs, outputs = _io(out / name)
+        assert outputs == ts_outputs, name
+        if name == "decoder_with_past_model.onnx":
+            # the cross cache replaces the encoder's states: unread, so not an input of ours (nor of the
+            # torchscript graph on transformers 4; on transformers 5 that graph keeps it)
+            assert "encoder_hidden_states" not in inputs
+            ts_inputs = [n for n in ts_inputs if n != "encoder_hidden_states"]
+        assert sorted(inputs) == sorted(ts_inputs), name  # same names; ours follow the forward's order
+
+
+def test_decoder_with_past_takes_several_new_tokens(seq2seq):
+    """The with-past graph is not fixed to one new token nor to one past length."""
+    ckpt, out = seq2seq("bart")
+    model = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
+    inputs = _batch(AutoTokenizer.from_pretrained(out))
+    tokens = torch.tensor([[2, 5, 6, 7, 8, 9], [2, 9, 8, 7, 6, 5]])
+    with torch.no_grad():
+        first = model(**inputs, decoder_input_ids=tokens[:, :4], use_cache=True)
+        second = model(encoder_outputs=(first.encoder_last_hidden_state,), attention_mask=inputs["attention_mask"],
+                       decoder_input_ids=tokens[:, 4:], past_key_values=first.past_key_values, use_cache=True)
+    session = ort.InferenceSession(str(out / "decoder_with_past_model.onnx"), providers=["CPUExecutionProvider"])
+    # with the cross cache given, the encoder's states are not read: not an input (as in optimum's export)
+    assert [i.name for i in session.get_inputs()][:2] == ["input_ids", "encoder_attention_mask"]
+    feed = {"input_ids": tokens[:, 4:].numpy(), "encoder_attention_mask": inputs["attention_mask"].numpy()}
+    cache = first.past_key_values
+    for i in range(len(cache.self_attention_cache.layers)):
+        for part, sub in (("decoder", cache.self_attention_cache), ("encoder", cache.cross_attention_cache)):
+            layer = sub.layers[i]
+            feed[f"past_key_values.{i}.{part}.key"] = layer.keys[:, :, :4 if part == "decoder" else None].numpy()
+            feed[f"past_key_values.{i}.{part}.value"] = layer.values[:, :, :4 if part == "decoder" else None].numpy()
+    logits, *presents = session.run(None, feed)
+    assert logits.shape[1] == 2 and presents[0].shape[2] == 6
+    assert abs(logits - second.logits.numpy()).max() < ATOL
+
+
+# ── speech (Whisper) and vision encoder-decoder (ViT + GPT-2) ──
+
+KW = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
+
+
+def _export(checkpoint, task, out):
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoint, "--task", task, out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(read_manifest(out)["components"]) == sorted(f.removesuffix(".onnx") for f in FILES)
+    assert max(row["max_abs"] for row in read_manifest(out)["discrepancies"]) < ATOL
+    return out
+
+
+def _assert_same_generation(got, expected):
+    assert torch.equal(got.sequences, expected.sequences)
+    assert all(torch.equal(a.isinf(), b.isinf()) for a, b in zip(got.scores, expected.scores))
+    diff = max((a - b)[b.isfinite()].abs().max().item() for a, b in zip(got.scores, expected.scores))
+    assert len(got.scores) == 8 and diff < ATOL, f"scores differ by {diff:.3e}"
+
+
+def test_whisper_through_ort_speech_seq2seq(tmp_path):
+    import numpy as np
+    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
+    from transformers import AutoFeatureExtractor, WhisperForConditionalGeneration
+
+    from optimum_dynamo.tiny import save_tiny_speech_seq2seq
+
+    ckpt = save_tiny_speech_seq2seq(tmp_path / "whisper")
+    out = _export(ckpt, "automatic-speech-recognition-with-past", tmp_path / "onnx")
+    torch_model = WhisperForConditionalGeneration.from_pretrained(ckpt).eval()
+    ort_model = ORTModelForSpeechSeq2Seq.from_pretrained(out)
+    t = np.arange(12000) / 16000  # 0.75 s tones, padded by the feature extractor to its 1 s window
+    waves = [np.sin(2 * np.pi * f * t).astype(np.float32) for f in (300, 500)]
+    extractor = AutoFeatureExtractor.from_pretrained(out)
+    features = extractor(waves, sampling_rate=16000, return_tensors="pt", return_attention_mask=True)
+    mask = features["attention_mask"]  # the transformers-4 capture records one for the encoder
+    features = features["input_features"]
+    greedy = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    # no return_dict_in_generate: on transformers 5 Whisper's generate then splits the cache per row and
+    # needs an EncoderDecoderCache, while optimum-onnx 0.1.0's runtime returns tuples
+    with torch.no_grad():
+        expected = torch_model.generate(features, **greedy)
+        reference = torch_model(input_features=features, attention_mask=mask, decoder_input_ids=expected).logits
+    assert torch.equal(ort_model.generate(features, **greedy), expected)
+    # every position at once
+    logits = ort_model(input_features=features, attention_mask=mask, decoder_input_ids=expected).logits
+    diff = (logits - reference).abs().max().item()
+    assert diff < ATOL, f"logits differ by {diff:.3e}"
+
+
+def test_vision_encoder_decoder_through_ort_vision2seq(tmp_path):
+    import numpy as np
+    from optimum.onnxruntime import ORTModelForVision2Seq
+    from transformers import AutoImageProcessor, VisionEncoderDecoderModel
+
+    from optimum_dynamo.tiny import save_tiny_vision_seq2seq
+
+    ckpt = save_tiny_vision_seq2seq(tmp_path / "ved")
+    out = _export(ckpt, "image-to-text-with-past", tmp_path / "onnx")
+    torch_model = VisionEncoderDecoderModel.from_pretrained(ckpt).eval()
+    ort_model = ORTModelForVision2Seq.from_pretrained(out)
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 256, (30, 40, 3), dtype=np.uint8) for _ in range(2)]
+    pixels = AutoImageProcessor.from_pretrained(out)(images=images, return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        expected = torch_model.generate(pixels, **KW)
+    _assert_same_generation(ort_model.generate(pixels, **KW), expected)
