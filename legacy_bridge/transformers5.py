@@ -105,8 +105,8 @@ SHIMS = [
     Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
     Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
     # optimum.onnxruntime.modeling_seq2seq imports AutoModelForVision2Seq, renamed AutoModelForImageTextToText in 5.0.
-    # Set when transformers is imported and again when optimum.onnxruntime is: the name was seen to vanish
-    # from transformers' lazy module in between (after a model was built).
+    # Set when transformers is imported and again when optimum.onnxruntime is: transformers 5 replaces its
+    # lazy module object in sys.modules after a model is built, and the new one lacks the name.
     Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText")),
     Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), replace=True,
          trigger="optimum.onnxruntime"),
