@@ -51,6 +51,15 @@ class Task:
         return [p for p in params if p not in skip and params[p].kind is not inspect.Parameter.VAR_KEYWORD]
 
 
+    def model_inputs(self, forward_params) -> list[str]:
+        """The forward's parameters the exported graph takes, in forward order: what the runtime class
+        feeds, plus a Mamba-style state cache (`cache_params`, and `cache_position` beside it)."""
+        wanted = set(self.runtime_inputs())
+        if self.with_past and "cache_params" in forward_params and "past_key_values" not in forward_params:
+            wanted |= {"cache_params", "cache_position"}
+        return [name for name in forward_params if name in wanted]
+
+
 def _tasks_manager():
     from optimum.exporters.tasks import TasksManager
 

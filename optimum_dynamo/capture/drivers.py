@@ -50,13 +50,19 @@ def text_samples(tokenizer, vocab_size: int, pad_token_id: int) -> list[Sample]:
     return [_random_sample(2, 5, vocab_size, pad_token_id, 0), _random_sample(3, 8, vocab_size, pad_token_id, 1)]
 
 
-@torch.no_grad()
-def drive_text_generation(model, tokenizer=None) -> None:
+def _pad_and_vocab(model) -> tuple[int, int]:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     pad = model.generation_config.pad_token_id
     pad = pad if pad is not None else (config.pad_token_id if config.pad_token_id is not None else 0)
-    pad = pad[0] if isinstance(pad, list) else pad
-    first, second = text_samples(tokenizer, config.vocab_size, pad)
+    return (pad[0] if isinstance(pad, list) else pad), config.vocab_size
+
+
+@torch.no_grad()
+def drive_text_generation(model, tokenizer=None) -> None:
+    if is_state_model(model):
+        return drive_state_generation(model, tokenizer)
+    pad, vocab_size = _pad_and_vocab(model)
+    first, second = text_samples(tokenizer, vocab_size, pad)
     options = dict(do_sample=False, max_new_tokens=_NEW_TOKENS, min_new_tokens=_NEW_TOKENS, pad_token_id=pad)
     model.generate(input_ids=first.input_ids, attention_mask=first.attention_mask, **options)
     prefix = model(
@@ -68,6 +74,68 @@ def drive_text_generation(model, tokenizer=None) -> None:
         past_key_values=prefix.past_key_values,
         **options,
     )
+
+
+# ── State models (Mamba): one token per call ──
+# A state has no sequence axis, and Mamba's multi-token path ignores a given state: the exported graph
+# advances the state by one token, from a zero state. The driver runs the model exactly so (the prompt
+# token by token, its attention-mask column with it, then greedy tokens); `optimum_dynamo.runtime`
+# drives the exported graph the same way.
+
+
+def cache_kwarg(model) -> str:
+    """The forward kwarg that carries the cache: `cache_params` (Mamba) or `past_key_values`."""
+    params = _forward_params(model)
+    return "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+
+
+def is_state_model(model) -> bool:
+    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`)."""
+    return cache_kwarg(model) == "cache_params"
+
+
+def zero_state(model, batch: int):
+    """The model's cache for `batch` rows with every state zero (as before the first token). Made by a
+    forward called directly (`model.forward`), so observers, which hook `model(...)`, do not record it."""
+    kwarg = cache_kwarg(model)
+    out = model.forward(input_ids=torch.zeros(batch, 1, dtype=torch.long), use_cache=True)
+    from ..flatten import flatten_cache, unflatten_cache
+
+    cache = getattr(out, kwarg)
+    _, tensors, context = flatten_cache(cache)
+    return unflatten_cache(type(cache), context, [torch.zeros_like(t) for t in tensors])
+
+
+@torch.no_grad()
+def step_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy generation one token per call from a zero state; returns the generated tokens."""
+    kwarg, params = cache_kwarg(model), _forward_params(model)
+    batch, length = input_ids.shape
+    cache, tokens = zero_state(model, batch), []
+    ids, mask = input_ids, attention_mask
+    for t in range(length + new_tokens - 1):
+        inputs = {"input_ids": ids[:, t : t + 1], "attention_mask": mask[:, t : t + 1], kwarg: cache, "use_cache": True}
+        if "cache_position" in params:
+            inputs["cache_position"] = torch.tensor([t])
+        out = model(**inputs)
+        cache = getattr(out, kwarg)
+        if t >= length - 1:
+            tokens.append(out.logits[:, -1].argmax(-1))
+            ids = torch.cat([ids, tokens[-1][:, None]], dim=1)
+            mask = torch.cat([mask, torch.ones(batch, 1, dtype=mask.dtype)], dim=1)
+    return torch.stack(tokens, dim=1)
+
+
+@torch.no_grad()
+def drive_state_generation(model, tokenizer=None) -> None:
+    """Two batches (2 and 3 rows, one left-padded), prompt and new tokens one per call. Runs with
+    the export patches applied: a patch that changes a cache's update must be seen by capture too."""
+    from .. import patches
+
+    pad, vocab_size = _pad_and_vocab(model)
+    with patches.applied():
+        for sample in text_samples(tokenizer, vocab_size, pad):
+            step_generate(model, sample.input_ids, sample.attention_mask, _NEW_TOKENS)
 
 
 _FORWARD_TEXTS = [

@@ -110,9 +110,8 @@ class Exporter:
     # ── Stage: infer ──
     @stage("infer inputs and dynamic shapes")
     def infer(self, ctx: ExportContext) -> None:
-        wanted = set(ctx.task.runtime_inputs())
         forward = inspect.signature(ctx.model.forward).parameters
-        inputs = [name for name in forward if name in wanted]
+        inputs = ctx.task.model_inputs(forward)
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
         try:

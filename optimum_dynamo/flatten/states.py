@@ -1,0 +1,97 @@
+"""State caches of state-space / linear-attention / convolution layers (Mamba, Jamba, LFM2, Qwen3-Next...).
+
+Leaf names, the same in every transformers version: ``N.conv_state`` and ``N.recurrent_state`` for
+layer N (transformers 5's `conv_states` / `recurrent_states`; transformers 4's Mamba `ssm_states`
+are the recurrent state). A layer with more than one state adds ``N.conv_state_1``, ... Attention
+layers keep ``N.key`` / ``N.value``. Unlike keys and values, states have no sequence axis: their
+shape is fixed by the config, only the batch varies.
+
+- transformers >= 5: linear-attention layers (`LinearAttentionLayer` and the hybrid
+  `LinearAttentionAnd*AttentionLayer`) inside `DynamicCache`; `flatten_dynamic` asks `layer_leaves`.
+- transformers 4: one class per model family, each registered below.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .registry import register_cache
+
+CONV, RECURRENT = "conv_state", "recurrent_state"
+
+
+def is_state_layer(layer) -> bool:
+    """A transformers >= 5 linear-attention cache layer (possibly also holding keys/values)."""
+    return hasattr(layer, "conv_states") and hasattr(layer, "recurrent_states")
+
+
+def state_name(kind: str, index: int) -> str:
+    return kind if index == 0 else f"{kind}_{index}"
+
+
+def layer_leaves(layer) -> tuple[list[str], list[torch.Tensor], tuple]:
+    """The state leaves of one linear-attention layer (names without the layer index) and its context:
+    per state (conv initialized, recurrent initialized, has previous state, conv kernel size), record_past."""
+    names, tensors, states = [], [], []
+    for i in range(layer.number_of_states):
+        conv, recurrent = bool(layer.is_conv_states_initialized[i]), bool(layer.is_recurrent_states_initialized[i])
+        if conv:
+            names.append(state_name(CONV, i))
+            tensors.append(layer.conv_states[i])
+        if recurrent:
+            names.append(state_name(RECURRENT, i))
+            tensors.append(layer.recurrent_states[i])
+        states.append((conv, recurrent, bool(layer.has_previous_state[i]), layer.conv_kernel_size[i]))
+    return names, tensors, (tuple(states), bool(layer.record_past))
+
+
+def fill_state_layer(layer, context, leaves) -> None:
+    """Put the states back into a freshly built layer; `leaves` is an iterator over the tensors."""
+    states, record_past = context
+    layer.record_past = record_past
+    for i, (conv, recurrent, previous, kernel) in enumerate(states):
+        for initialized, store, flags in (
+            (conv, layer.conv_states, layer.is_conv_states_initialized),
+            (recurrent, layer.recurrent_states, layer.is_recurrent_states_initialized),
+        ):
+            if initialized:
+                store[i] = next(leaves)
+                flags[i] = True
+                layer.dtype, layer.device = store[i].dtype, store[i].device
+        layer.has_previous_state[i] = previous
+        layer.conv_kernel_size[i] = kernel
+
+
+# ── transformers 4 ──
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def rebuild_mamba(cls, context, tensors):
+    """MambaCache's constructor needs a config: set its attributes directly instead."""
+    (max_batch_size, dtype, intermediate_size, ssm_state_size, conv_kernel_size), _ = context
+    cache = cls.__new__(cls)
+    cache.max_batch_size, cache._dtype = max_batch_size, getattr(torch, dtype)
+    cache.intermediate_size, cache.ssm_state_size, cache.conv_kernel_size = intermediate_size, ssm_state_size, conv_kernel_size
+    cache.conv_states, cache.ssm_states = list(tensors[0::2]), list(tensors[1::2])
+    return cache
+
+
+def _mamba_leaves(cache):
+    names = [f"{i}.{part}" for i in range(len(cache.conv_states)) for part in (CONV, RECURRENT)]
+    tensors = [t for pair in zip(cache.conv_states, cache.ssm_states) for t in pair]
+    sizes = (cache.max_batch_size, _dtype_name(cache._dtype), cache.intermediate_size, cache.ssm_state_size,
+             cache.conv_kernel_size)
+    return names, tensors, (sizes, len(cache.conv_states))
+
+
+@register_cache("transformers.models.mamba.modeling_mamba.MambaCache", unflatten=rebuild_mamba)
+def flatten_mamba(cache):
+    return _mamba_leaves(cache)
+
+
+@register_cache("transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaCache", unflatten=rebuild_mamba)
+def flatten_falcon_mamba(cache):
+    return _mamba_leaves(cache)
