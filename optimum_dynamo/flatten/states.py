@@ -92,6 +92,11 @@ def flatten_mamba(cache):
     return _mamba_leaves(cache)
 
 
+@register_cache("transformers.cache_utils.MambaCache", unflatten=rebuild_mamba)  # transformers < 4.54
+def flatten_mamba_cache_utils(cache):
+    return _mamba_leaves(cache)
+
+
 @register_cache("transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaCache", unflatten=rebuild_mamba)
 def flatten_falcon_mamba(cache):
     return _mamba_leaves(cache)

@@ -12,6 +12,7 @@ import torch
 from .registry import register_patch
 
 _V4 = {"transformers": ">=4.44,<5"}
+_V4_FALCON = {"transformers": ">=4.54,<5"}  # before, falcon_mamba used MambaCache (patched above)
 _REASON = "conv window written at the last slot whatever the position (a state stepped from zero)"
 
 
@@ -33,7 +34,7 @@ def mamba_conv_window(self, layer_idx, new_conv_state, cache_position):
 
 @register_patch(
     "transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaCache.update_conv_state",
-    versions=_V4,
+    versions=_V4_FALCON,
     reason=_REASON,
 )
 def falcon_mamba_conv_window(self, layer_idx, new_conv_state, cache_position):
