@@ -70,6 +70,33 @@ def test_mamba_cache_round_trip_continues_generation(model_type, untied):
         assert flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
 
 
+def test_jamba_hybrid_cache_round_trip_continues_generation(untied):
+    """transformers 4: HybridMambaAttentionDynamicCache (its empty placeholders are not leaves);
+    transformers 5: DynamicCache with a LinearAttentionLayer and a DynamicLayer. Same names."""
+    model = AutoModelForCausalLM.from_pretrained(untied("jamba")).eval()
+    ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        if V5:
+            cache = model(input_ids=ids, use_cache=True).past_key_values
+        else:  # transformers 4 Jamba returns no cache unless given one
+            from transformers.models.jamba.modeling_jamba import HybridMambaAttentionDynamicCache
+
+            start = HybridMambaAttentionDynamicCache(model.config, 2, dtype=torch.float32)
+            cache = model(input_ids=ids, past_key_values=start, use_cache=True).past_key_values
+        names, tensors, context = flatten.flatten_cache(cache)
+        assert names == ["0.conv_state", "0.recurrent_state", "1.key", "1.value"]
+        assert [tuple(t.shape) for t in tensors] == [(2, 64, 4), (2, 64, 8), (2, 2, 5, 8), (2, 2, 5, 8)]
+        rebuilt = flatten.unflatten_cache(type(cache), context, [t.clone() for t in tensors])
+        assert flatten.flatten_cache(rebuilt)[0] == names and flatten.flatten_cache(rebuilt)[2] == context
+        step, extra = torch.tensor([[7], [9]]), {} if V5 else {"cache_position": torch.tensor([5])}
+        expected = model(input_ids=step, past_key_values=cache, use_cache=True, **extra).logits
+        got = model(input_ids=step, past_key_values=rebuilt, use_cache=True, **extra).logits
+    assert torch.equal(got, expected)
+    with flatten.registered():
+        leaves, spec = pytree.tree_flatten(flatten.clone_cache(rebuilt))
+        assert len(leaves) == 4 and flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
+
+
 @pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
 def test_zero_state_is_the_state_before_the_first_token(model_type, untied):
     """Stepping from the zero state = starting without a cache (transformers 4: with the export patches,

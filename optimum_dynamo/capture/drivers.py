@@ -90,20 +90,39 @@ def cache_kwarg(model) -> str:
 
 
 def is_state_model(model) -> bool:
-    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`)."""
-    return cache_kwarg(model) == "cache_params"
+    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), and
+    models whose transformers >= 5 cache has linear-attention (state) layers."""
+    if cache_kwarg(model) == "cache_params":
+        return True
+    from ..flatten.states import is_state_layer
+
+    try:
+        from transformers import DynamicCache
+
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # transformers 4: no cache built from a config
+        return False
+    return any(is_state_layer(layer) for layer in layers)
 
 
 def zero_state(model, batch: int):
-    """The model's cache for `batch` rows with every state zero (as before the first token). Made by a
-    forward called directly (`model.forward`), so observers, which hook `model(...)`, do not record it."""
-    kwarg = cache_kwarg(model)
-    out = model.forward(input_ids=torch.zeros(batch, 1, dtype=torch.long), use_cache=True)
+    """The model's cache for `batch` rows before the first token: every state zero, keys/values of
+    length 0. Made by a forward called directly (`model.forward`), so observers, which hook
+    `model(...)`, do not record it."""
     from ..flatten import flatten_cache, unflatten_cache
 
-    cache = getattr(out, kwarg)
-    _, tensors, context = flatten_cache(cache)
-    return unflatten_cache(type(cache), context, [torch.zeros_like(t) for t in tensors])
+    out = model.forward(input_ids=torch.zeros(batch, 1, dtype=torch.long), use_cache=True)
+    cache = getattr(out, cache_kwarg(model))
+    names, tensors, context = flatten_cache(cache)
+    empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
+    return unflatten_cache(type(cache), context, empty)
+
+
+def _full_mask(cache) -> bool:
+    """Whether the cache has attention layers: they take the whole mask, state layers its last column."""
+    from ..flatten import flatten_cache
+
+    return any(n.endswith(".key") for n in flatten_cache(cache)[0])
 
 
 @torch.no_grad()
@@ -112,9 +131,10 @@ def step_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     kwarg, params = cache_kwarg(model), _forward_params(model)
     batch, length = input_ids.shape
     cache, tokens = zero_state(model, batch), []
-    ids, mask = input_ids, attention_mask
+    ids, mask, first = input_ids, attention_mask, 0 if _full_mask(cache) else None
     for t in range(length + new_tokens - 1):
-        inputs = {"input_ids": ids[:, t : t + 1], "attention_mask": mask[:, t : t + 1], kwarg: cache, "use_cache": True}
+        step_mask = mask[:, first if first is not None else t : t + 1]
+        inputs = {"input_ids": ids[:, t : t + 1], "attention_mask": step_mask, kwarg: cache, "use_cache": True}
         if "cache_position" in params:
             inputs["cache_position"] = torch.tensor([t])
         out = model(**inputs)

@@ -100,3 +100,70 @@ def flatten_mamba_cache_utils(cache):
 @register_cache("transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaCache", unflatten=rebuild_mamba)
 def flatten_falcon_mamba(cache):
     return _mamba_leaves(cache)
+
+
+# transformers 4 hybrids (Jamba, Zamba): per-layer lists, attention layers in `key_cache`/`value_cache`,
+# Mamba layers in `conv_states`/`ssm_states`; the other lists hold empty `[batch, 0]` placeholders,
+# which are not leaves. Scalar attributes (block types, flags, sizes) go in the context.
+_HYBRID_LISTS = (("key_cache", "key"), ("value_cache", "value"), ("conv_states", CONV), ("ssm_states", RECURRENT))
+
+
+def _scalar(value):
+    if isinstance(value, torch.dtype):
+        return ("dtype", _dtype_name(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, bool)) for v in value):
+        return ("list", tuple(value))
+    if isinstance(value, dict) and not value:
+        return ("dict", ())
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return ("value", value)
+    return None
+
+
+def _unscalar(kind, value):
+    return {"dtype": lambda: getattr(torch, value), "list": lambda: list(value), "dict": dict}.get(kind, lambda: value)()
+
+
+def rebuild_hybrid(cls, context, tensors):
+    scalars, present = context
+    cache = cls.__new__(cls)
+    for name, (kind, value) in scalars:
+        setattr(cache, name, _unscalar(kind, value))
+    batch = tensors[0].shape[0] if tensors else 0
+    leaves = iter(tensors)
+    lists = {attr: [] for attr, _ in _HYBRID_LISTS}
+    for layer in present:
+        for (attr, _), filled in zip(_HYBRID_LISTS, layer):
+            lists[attr].append(next(leaves) if filled else torch.zeros(batch, 0))
+    for attr, values in lists.items():
+        setattr(cache, attr, values)
+    return cache
+
+
+def _hybrid_leaves(cache):
+    names, tensors, present = [], [], []
+    for i in range(len(cache.key_cache)):
+        layer = []
+        for attr, leaf in _HYBRID_LISTS:
+            t = getattr(cache, attr)[i]
+            layer.append(t.numel() > 0 or t.dim() > 2)
+            if layer[-1]:
+                names.append(f"{i}.{leaf}")
+                tensors.append(t)
+        present.append(tuple(layer))
+    lists = {attr for attr, _ in _HYBRID_LISTS}
+    scalars = tuple(
+        (name, scalar) for name, value in sorted(vars(cache).items())
+        if name not in lists and (scalar := _scalar(value)) is not None
+    )
+    return names, tensors, (scalars, tuple(present))
+
+
+@register_cache("transformers.models.jamba.modeling_jamba.HybridMambaAttentionDynamicCache", unflatten=rebuild_hybrid)
+def flatten_jamba(cache):
+    return _hybrid_leaves(cache)
+
+
+@register_cache("transformers.models.zamba.modeling_zamba.ZambaHybridDynamicCache", unflatten=rebuild_hybrid)
+def flatten_zamba(cache):
+    return _hybrid_leaves(cache)

@@ -42,6 +42,9 @@ class OnnxStepModel:
             raise ValueError(f"inputs {missing} have no matching present.* output")
         if self.inputs["input_ids"].shape[1] != 1:
             raise ValueError("this loop drives graphs that take one token per call (input_ids [batch, 1])")
+        # state-only graphs take the step's mask column; hybrids (attention layers too) the whole mask
+        mask = self.inputs.get("attention_mask")
+        self.full_mask = mask is not None and mask.shape[1] != 1
 
     def zero_state(self, batch: int) -> dict[str, np.ndarray]:
         state = {}
@@ -52,7 +55,8 @@ class OnnxStepModel:
         return state
 
     def step(self, token: np.ndarray, mask: np.ndarray, state: dict[str, np.ndarray], position: int):
-        """One token per row ([batch, 1]) -> (logits [batch, vocab], next state)."""
+        """One token per row ([batch, 1]) and the mask the graph takes (its last column, or the whole
+        mask so far for hybrids) -> (logits [batch, vocab], next state)."""
         feed = {"input_ids": token.astype(np.int64), **state}
         if "attention_mask" in self.inputs:
             feed["attention_mask"] = mask.astype(np.int64)
@@ -68,7 +72,7 @@ class OnnxStepModel:
         batch, length = ids.shape
         state, tokens, scores = self.zero_state(batch), [], []
         for t in range(length + max_new_tokens - 1):
-            logits, state = self.step(ids[:, t : t + 1], mask[:, t : t + 1], state, t)
+            logits, state = self.step(ids[:, t : t + 1], mask[:, 0 if self.full_mask else t : t + 1], state, t)
             if t >= length - 1:
                 scores.append(logits)
                 tokens.append(logits.argmax(-1))
