@@ -89,10 +89,19 @@ def cache_kwarg(model) -> str:
     return "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
 
 
+def _own_state_cache(model):
+    """transformers 4 hybrids (Jamba, Zamba): the registered state cache class defined beside the model."""
+    from ..flatten import registry
+
+    module = type(model).__module__
+    return next((k.resolve() for k in registry.kinds() if k.path.rpartition(".")[0] == module and k.resolve()), None)
+
+
 def is_state_model(model) -> bool:
-    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), and
-    models whose transformers >= 5 cache has linear-attention (state) layers."""
-    if cache_kwarg(model) == "cache_params":
+    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), models
+    with their own state cache class (transformers 4 hybrids), and models whose transformers >= 5
+    cache has linear-attention (state) layers."""
+    if cache_kwarg(model) == "cache_params" or _own_state_cache(model) is not None:
         return True
     from ..flatten.states import is_state_layer
 
@@ -111,7 +120,10 @@ def zero_state(model, batch: int):
     `model(...)`, do not record it."""
     from ..flatten import flatten_cache, unflatten_cache
 
-    out = model.forward(input_ids=torch.zeros(batch, 1, dtype=torch.long), use_cache=True)
+    own, start = _own_state_cache(model), {}
+    if own is not None:  # transformers 4 hybrids return no cache unless given one
+        start["past_key_values"] = own(model.config, batch, dtype=model.dtype)
+    out = model.forward(input_ids=torch.zeros(batch, 1, dtype=torch.long), use_cache=True, **start)
     cache = getattr(out, cache_kwarg(model))
     names, tensors, context = flatten_cache(cache)
     empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
@@ -135,7 +147,7 @@ def step_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     for t in range(length + new_tokens - 1):
         step_mask = mask[:, first if first is not None else t : t + 1]
         inputs = {"input_ids": ids[:, t : t + 1], "attention_mask": step_mask, kwarg: cache, "use_cache": True}
-        if "cache_position" in params:
+        if "cache_position" in params:  # transformers 4 Mamba requires it, Jamba needs it past the first step
             inputs["cache_position"] = torch.tensor([t])
         out = model(**inputs)
         cache = getattr(out, kwarg)

@@ -111,7 +111,7 @@ class Exporter:
     @stage("infer inputs and dynamic shapes")
     def infer(self, ctx: ExportContext) -> None:
         forward = inspect.signature(ctx.model.forward).parameters
-        inputs = ctx.task.model_inputs(forward)
+        inputs = ctx.task.model_inputs(ctx.model)
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
         try:

@@ -146,7 +146,7 @@ def _hybrid_leaves(cache):
         layer = []
         for attr, leaf in _HYBRID_LISTS:
             t = getattr(cache, attr)[i]
-            layer.append(t.numel() > 0 or t.dim() > 2)
+            layer.append(t.dim() > 2)  # placeholders are [batch, 0]; a static test (shapes may be symbolic)
             if layer[-1]:
                 names.append(f"{i}.{leaf}")
                 tensors.append(t)
