@@ -193,11 +193,16 @@ HYBRIDS = {  # model type -> leaves of each layer, in order
 }
 
 
-@pytest.mark.skipif(not V5, reason="transformers 4 hybrids hit data-dependent guards in torch.export (not patched yet)")
+NOT_YET_V4 = {"lfm2", "qwen3_next"}  # their transformers 4 cache classes have no flattener yet
+
+
 @pytest.mark.parametrize("model_type", sorted(HYBRIDS))
 def test_hybrid_cli_export_runs_in_step_loop_with_generate_parity(model_type, untied, tmp_path):
+    if not V5 and model_type in NOT_YET_V4:
+        pytest.skip(f"transformers 4: {model_type}'s own cache class is not registered yet")
     manifest = _export(untied(model_type), tmp_path / model_type)
     leaves = [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]
-    assert manifest["inputs"] == ["input_ids", "attention_mask", *[f"past_key_values.{n}" for n in leaves]]
+    pasts = [f"past_key_values.{n}" for n in leaves]
+    assert manifest["inputs"] == ["input_ids", "attention_mask", *pasts] + ([] if V5 else ["cache_position"])
     assert manifest["outputs"] == ["logits", *[f"present.{n}" for n in leaves]]
     _assert_generate_parity(untied(model_type), tmp_path / model_type)
