@@ -120,11 +120,11 @@ def zero_state(model, batch: int):
     `model(...)`, do not record it."""
     from ..flatten import flatten_cache, unflatten_cache
 
-    own, start = _own_state_cache(model), {}
-    if own is not None:  # transformers 4 hybrids return no cache unless given one
-        start["past_key_values"] = own(model.config, batch, dtype=model.dtype)
-    out = model.forward(input_ids=torch.zeros(batch, 1, dtype=torch.long), use_cache=True, **start)
-    cache = getattr(out, cache_kwarg(model))
+    ids = torch.zeros(batch, 1, dtype=torch.long)
+    cache = getattr(model.forward(input_ids=ids, use_cache=True), cache_kwarg(model))
+    own = _own_state_cache(model)
+    if cache is None and own is not None:  # transformers 4 Jamba/Zamba return no cache unless given one
+        cache = model.forward(input_ids=ids, use_cache=True, past_key_values=own(model.config, batch, dtype=model.dtype)).past_key_values
     names, tensors, context = flatten_cache(cache)
     empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
     return unflatten_cache(type(cache), context, empty)

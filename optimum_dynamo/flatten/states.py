@@ -102,10 +102,14 @@ def flatten_falcon_mamba(cache):
     return _mamba_leaves(cache)
 
 
-# transformers 4 hybrids (Jamba, Zamba): per-layer lists, attention layers in `key_cache`/`value_cache`,
-# Mamba layers in `conv_states`/`ssm_states`; the other lists hold empty `[batch, 0]` placeholders,
-# which are not leaves. Scalar attributes (block types, flags, sizes) go in the context.
-_HYBRID_LISTS = (("key_cache", "key"), ("value_cache", "value"), ("conv_states", CONV), ("ssm_states", RECURRENT))
+# transformers 4 hybrids (Jamba, Zamba, Qwen3-Next): per-layer lists, attention layers in
+# `key_cache`/`value_cache`, state layers in `conv_states` and `ssm_states` (Qwen3-Next:
+# `recurrent_states`); the other slots hold placeholders (`[batch, 0]` tensors, or None), which are
+# not leaves. Scalar attributes (block types, flags, sizes) go in the context.
+_KV = (("key_cache", "key"), ("value_cache", "value"))
+_MAMBA_LISTS = _KV + (("conv_states", CONV), ("ssm_states", RECURRENT))
+_LINEAR_LISTS = _KV + (("conv_states", CONV), ("recurrent_states", RECURRENT))
+_EMPTY, _NONE, _LEAF = 0, 1, 2  # what a slot holds
 
 
 def _scalar(value):
@@ -124,46 +128,113 @@ def _unscalar(kind, value):
     return {"dtype": lambda: getattr(torch, value), "list": lambda: list(value), "dict": dict}.get(kind, lambda: value)()
 
 
-def rebuild_hybrid(cls, context, tensors):
-    scalars, present = context
+def _slot(t) -> int:
+    # a static test: shapes may be symbolic while exporting
+    return _NONE if t is None else _LEAF if t.dim() > 2 else _EMPTY
+
+
+def _rebuild_lists(lists):
+    def rebuild(cls, context, tensors):
+        scalars, slots = context
+        cache = cls.__new__(cls)
+        for name, (kind, value) in scalars:
+            setattr(cache, name, _unscalar(kind, value))
+        batch = tensors[0].shape[0] if tensors else 0
+        leaves = iter(tensors)
+        built = {attr: [] for attr, _ in lists}
+        for layer in slots:
+            for (attr, _), slot in zip(lists, layer):
+                built[attr].append(next(leaves) if slot == _LEAF else None if slot == _NONE else torch.zeros(batch, 0))
+        for attr, values in built.items():
+            setattr(cache, attr, values)
+        return cache
+
+    return rebuild
+
+
+def _list_leaves(cache, lists):
+    names, tensors, slots = [], [], []
+    for i in range(len(getattr(cache, lists[0][0]))):
+        layer = []
+        for attr, leaf in lists:
+            t = getattr(cache, attr)[i]
+            layer.append(_slot(t))
+            if layer[-1] == _LEAF:
+                names.append(f"{i}.{leaf}")
+                tensors.append(t)
+        slots.append(tuple(layer))
+    skip = {attr for attr, _ in lists}
+    scalars = tuple(
+        (name, scalar) for name, value in sorted(vars(cache).items())
+        if name not in skip and (scalar := _scalar(value)) is not None
+    )
+    return names, tensors, (scalars, tuple(slots))
+
+
+@register_cache("transformers.models.jamba.modeling_jamba.HybridMambaAttentionDynamicCache",
+                unflatten=_rebuild_lists(_MAMBA_LISTS))
+def flatten_jamba(cache):
+    return _list_leaves(cache, _MAMBA_LISTS)
+
+
+@register_cache("transformers.models.zamba.modeling_zamba.ZambaHybridDynamicCache", unflatten=_rebuild_lists(_MAMBA_LISTS))
+def flatten_zamba(cache):
+    return _list_leaves(cache, _MAMBA_LISTS)
+
+
+@register_cache("transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextDynamicCache",
+                unflatten=_rebuild_lists(_LINEAR_LISTS))
+def flatten_qwen3_next(cache):
+    return _list_leaves(cache, _LINEAR_LISTS)
+
+
+# transformers 4 LFM2: `conv_cache` for every layer (attention layers' stay zero and unused, not leaves),
+# `key_cache`/`value_cache` grown up to the last attention layer, with `tensor([])` for conv layers.
+def rebuild_lfm2(cls, context, tensors):
+    scalars, slots = context
     cache = cls.__new__(cls)
     for name, (kind, value) in scalars:
         setattr(cache, name, _unscalar(kind, value))
-    batch = tensors[0].shape[0] if tensors else 0
+    position, conv_shape = 0, None
+    for kind, has_kv in slots:  # the shape of the first conv leaf
+        if kind == "conv":
+            conv_shape = tensors[position].shape
+            break
+        position += 2 if has_kv else 0
     leaves = iter(tensors)
-    lists = {attr: [] for attr, _ in _HYBRID_LISTS}
-    for layer in present:
-        for (attr, _), filled in zip(_HYBRID_LISTS, layer):
-            lists[attr].append(next(leaves) if filled else torch.zeros(batch, 0))
-    for attr, values in lists.items():
-        setattr(cache, attr, values)
+    cache.conv_cache, cache.key_cache, cache.value_cache = [], [], []
+    for kind, has_kv in slots:
+        if kind == "conv":
+            cache.conv_cache.append(next(leaves))
+            if has_kv is not None:
+                cache.key_cache.append(torch.tensor([]))
+                cache.value_cache.append(torch.tensor([]))
+        else:
+            cache.conv_cache.append(torch.zeros(conv_shape, dtype=getattr(cache, "_dtype", torch.float32)))
+            if has_kv is not None:
+                cache.key_cache.append(next(leaves) if has_kv else torch.tensor([]))
+                cache.value_cache.append(next(leaves) if has_kv else torch.tensor([]))
     return cache
 
 
-def _hybrid_leaves(cache):
-    names, tensors, present = [], [], []
-    for i in range(len(cache.key_cache)):
-        layer = []
-        for attr, leaf in _HYBRID_LISTS:
-            t = getattr(cache, attr)[i]
-            layer.append(t.dim() > 2)  # placeholders are [batch, 0]; a static test (shapes may be symbolic)
-            if layer[-1]:
-                names.append(f"{i}.{leaf}")
-                tensors.append(t)
-        present.append(tuple(layer))
-    lists = {attr for attr, _ in _HYBRID_LISTS}
+@register_cache("transformers.models.lfm2.modeling_lfm2.Lfm2HybridConvCache", unflatten=rebuild_lfm2)
+def flatten_lfm2(cache):
+    names, tensors, slots = [], [], []
+    for i, kind in enumerate(cache.layer_types):
+        in_kv = i < len(cache.key_cache)  # None: past the end of key_cache
+        has_kv = in_kv and cache.key_cache[i].dim() > 2
+        if kind == "full_attention":
+            if has_kv:
+                names += [f"{i}.key", f"{i}.value"]
+                tensors += [cache.key_cache[i], cache.value_cache[i]]
+            slots.append(("attention", has_kv if in_kv else None))
+        else:
+            names.append(f"{i}.{CONV}")
+            tensors.append(cache.conv_cache[i])
+            slots.append(("conv", has_kv if in_kv else None))
+    skip = {"conv_cache", "key_cache", "value_cache"}
     scalars = tuple(
         (name, scalar) for name, value in sorted(vars(cache).items())
-        if name not in lists and (scalar := _scalar(value)) is not None
+        if name not in skip and (scalar := _scalar(value)) is not None
     )
-    return names, tensors, (scalars, tuple(present))
-
-
-@register_cache("transformers.models.jamba.modeling_jamba.HybridMambaAttentionDynamicCache", unflatten=rebuild_hybrid)
-def flatten_jamba(cache):
-    return _hybrid_leaves(cache)
-
-
-@register_cache("transformers.models.zamba.modeling_zamba.ZambaHybridDynamicCache", unflatten=rebuild_hybrid)
-def flatten_zamba(cache):
-    return _hybrid_leaves(cache)
+    return names, tensors, (scalars, tuple(slots))
