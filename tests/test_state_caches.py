@@ -70,22 +70,23 @@ def test_mamba_cache_round_trip_continues_generation(model_type, untied):
         assert flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
 
 
-def test_jamba_hybrid_cache_round_trip_continues_generation(untied):
-    """transformers 4: HybridMambaAttentionDynamicCache (its empty placeholders are not leaves);
-    transformers 5: DynamicCache with a LinearAttentionLayer and a DynamicLayer. Same names."""
-    model = AutoModelForCausalLM.from_pretrained(untied("jamba")).eval()
+@pytest.mark.parametrize("model_type", ["jamba", "lfm2", "qwen3_next", "zamba"])
+def test_hybrid_cache_round_trip_continues_generation(model_type, untied):
+    """transformers 4: each hybrid's own cache class (empty placeholders are not leaves); transformers 5:
+    DynamicCache with linear-attention and attention layers. The same names in both."""
+    from optimum_dynamo.capture.drivers import _own_state_cache
+
+    model = AutoModelForCausalLM.from_pretrained(untied(model_type)).eval()
     ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        if V5:
-            cache = model(input_ids=ids, use_cache=True).past_key_values
-        else:  # transformers 4 Jamba returns no cache unless given one
-            from transformers.models.jamba.modeling_jamba import HybridMambaAttentionDynamicCache
-
-            start = HybridMambaAttentionDynamicCache(model.config, 2, dtype=torch.float32)
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+        if cache is None:  # transformers 4 Jamba/Zamba return no cache unless given one
+            start = _own_state_cache(model)(model.config, 2, dtype=torch.float32)
             cache = model(input_ids=ids, past_key_values=start, use_cache=True).past_key_values
         names, tensors, context = flatten.flatten_cache(cache)
-        assert names == ["0.conv_state", "0.recurrent_state", "1.key", "1.value"]
-        assert [tuple(t.shape) for t in tensors] == [(2, 64, 4), (2, 64, 8), (2, 2, 5, 8), (2, 2, 5, 8)]
+        assert names == [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]
+        assert all(t.shape[0] == 2 for t in tensors)
+        assert [t.shape[-2] for n, t in zip(names, tensors) if n.endswith(".key")] == [5] * sum(n.endswith(".key") for n in names)
         rebuilt = flatten.unflatten_cache(type(cache), context, [t.clone() for t in tensors])
         assert flatten.flatten_cache(rebuilt)[0] == names and flatten.flatten_cache(rebuilt)[2] == context
         step, extra = torch.tensor([[7], [9]]), {} if V5 else {"cache_position": torch.tensor([5])}
@@ -94,7 +95,7 @@ def test_jamba_hybrid_cache_round_trip_continues_generation(untied):
     assert torch.equal(got, expected)
     with flatten.registered():
         leaves, spec = pytree.tree_flatten(flatten.clone_cache(rebuilt))
-        assert len(leaves) == 4 and flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
+        assert len(leaves) == len(names) and flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
 
 
 @pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
