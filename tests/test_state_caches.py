@@ -194,13 +194,15 @@ HYBRIDS = {  # model type -> leaves of each layer, in order
 }
 
 
-NOT_YET_V4 = {"lfm2", "qwen3_next"}  # their transformers 4 cache classes have no flattener yet
+# transformers 4: their caches round-trip (above), but torch.export stops at data-dependent branches on
+# cache_position values (lfm2 ShortConv.slow_forward, qwen3_next _update_linear_attn_mask): not patched yet
+NOT_YET_V4 = {"lfm2", "qwen3_next"}
 
 
 @pytest.mark.parametrize("model_type", sorted(HYBRIDS))
 def test_hybrid_cli_export_runs_in_step_loop_with_generate_parity(model_type, untied, tmp_path):
     if not V5 and model_type in NOT_YET_V4:
-        pytest.skip(f"transformers 4: {model_type}'s own cache class is not registered yet")
+        pytest.skip(f"transformers 4: {model_type} export hits data-dependent guards on cache_position (not patched yet)")
     manifest = _export(untied(model_type), tmp_path / model_type)
     leaves = [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]
     pasts = [f"past_key_values.{n}" for n in leaves]
