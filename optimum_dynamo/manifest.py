@@ -36,6 +36,15 @@ def write_manifest(ctx, **fields: Any) -> None:
     (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
 
 
+def runtime_of(task, output_names) -> str:
+    """What can drive the export: optimum's runtime class, or this package's step loop for state caches."""
+    from .runtime import drives_states
+
+    if drives_states(output_names):
+        return "optimum_dynamo.runtime.OnnxStepModel"
+    return f"optimum.onnxruntime.{task.spec.runtime_class}" if task else ""
+
+
 def write_fallback_manifest(directory, *, model: str, task: str, reason: str) -> None:
     """The manifest of an export the torchscript fallback produced."""
     from pathlib import Path

@@ -64,6 +64,19 @@ class Task:
         return [p for p in params if p not in skip and params[p].kind is not inspect.Parameter.VAR_KEYWORD]
 
 
+    def model_inputs(self, model) -> list[str]:
+        """The forward's parameters the exported graph takes, in forward order: what the runtime class
+        feeds; for state models (one token per call) also their cache kwarg (`cache_params` for Mamba)
+        and `cache_position` when the forward takes it (transformers 4)."""
+        from .capture.drivers import cache_kwarg, is_state_model
+
+        forward = inspect.signature(model.forward).parameters
+        wanted = set(self.runtime_inputs())
+        if self.with_past and is_state_model(model):
+            wanted |= {cache_kwarg(model), "cache_position"}
+        return [name for name in forward if name in wanted]
+
+
 def _tasks_manager():
     from optimum.exporters.tasks import TasksManager
 

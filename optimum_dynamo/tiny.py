@@ -31,8 +31,6 @@ _ENCODER = dict(
 _NO_HEAD_DIM = {k: v for k, v in _DECODER.items() if k != "head_dim"}
 _BASE = {k: v for k, v in _NO_HEAD_DIM.items() if k != "num_key_value_heads"}  # no GQA, head_dim derived
 _HYBRID = ["sliding_attention", "full_attention"]
-_MAMBA = dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
-              time_step_rank=4, use_mambapy=False)
 _LINEAR = dict(linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
                linear_conv_kernel_dim=4)
 _BART = dict(
@@ -90,21 +88,8 @@ _SIZES = {
     "apertus": _DECODER,
     "hunyuan_v1_dense": _DECODER,
     # recurrent state (SSM, convolution, linear attention)
-    "mamba": _MAMBA,
-    "falcon_mamba": _MAMBA,
-    "jamba": dict(_DECODER, head_dim=None, num_experts=4, num_experts_per_tok=2, expert_layer_period=2,
-                  expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4,
-                  mamba_expand=2, mamba_dt_rank=4, use_mamba_kernels=False),
     "recurrent_gemma": dict(_DECODER, num_key_value_heads=1, lru_width=32, attention_window_size=6, conv1d_width=4,
                             block_types=["recurrent", "attention"], partial_rotary_factor=0.5),
-    "zamba": dict(_DECODER, head_dim=None, num_hidden_layers=5, num_key_value_heads=4, attention_head_dim=16,
-                  attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
-                  mamba_dt_rank=4, n_mamba_heads=2, use_mamba_kernels=False),
-    "qwen3_next": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                       shared_expert_intermediate_size=32, partial_rotary_factor=0.5,
-                       layer_types=["linear_attention", "full_attention"], **_LINEAR),
-    "lfm2": dict(_DECODER, layer_types=["conv", "full_attention"], block_ff_dim=64, conv_L_cache=3,
-                 block_auto_adjust_ff_dim=False),
     # transformers 5 only
     # per-layer cache shapes: head_dim 16 on the sliding layer, 32 on the full one
     "gemma4_text": dict(_DECODER, head_dim=16, global_head_dim=32, layer_types=_HYBRID, vocab_size_per_layer_input=128,
@@ -128,6 +113,23 @@ _SIZES = {
     "lfm2_moe": dict(_DECODER, layer_types=["conv", "full_attention"], num_experts=4, num_experts_per_tok=2,
                      moe_intermediate_size=32, num_dense_layers=1, conv_L_cache=3),
     "olmo_hybrid": dict(_DECODER, layer_types=["linear_attention", "full_attention"]),
+    "mamba": dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
+                  time_step_rank=4, use_mambapy=False),
+    "falcon_mamba": dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
+                         time_step_rank=4, use_mambapy=False),
+    "jamba": dict(_DECODER, num_experts=4, num_experts_per_tok=2, expert_layer_period=2, expert_layer_offset=1,
+                  attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                  mamba_dt_rank=4, use_mamba_kernels=False),
+    "lfm2": dict(_DECODER, layer_types=["conv", "full_attention"], block_ff_dim=64, conv_L_cache=3,
+                 block_auto_adjust_ff_dim=False),
+    "zamba": dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=5, num_attention_heads=4,
+                  num_key_value_heads=4, attention_head_dim=16, max_position_embeddings=128, attn_layer_period=2,
+                  attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4,
+                  n_mamba_heads=2, use_mamba_kernels=False),
+    "qwen3_next": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=32, linear_num_value_heads=4, linear_num_key_heads=2,
+                       linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                       layer_types=["linear_attention", "full_attention"], partial_rotary_factor=0.5),
     "bert": _ENCODER,
     "roberta": _ENCODER,
     "electra": dict(_ENCODER, embedding_size=32),

@@ -63,7 +63,7 @@ def _ordered_union(dicts: list[dict[str, Any]], order: Sequence[str]) -> list[st
     for kwarg in order:
         for d in sorted(dicts, key=len, reverse=True):
             for name in d:
-                if name == kwarg or name.startswith(kwarg + "."):
+                if name == kwarg or name.startswith(input_name(kwarg, "")):
                     seen.setdefault(name)
     return list(seen)
 
@@ -246,7 +246,7 @@ def infer_arguments(
     if not calls:
         raise CaptureError("no forward call was recorded: nothing to infer the export inputs from")
     flats = [flat_inputs(c.kwargs, inputs) for c in calls]
-    present = [n for n in inputs if any(k == n or k.startswith(n + ".") for f in flats for k in f)]
+    present = [n for n in inputs if any(k == n or k.startswith(input_name(n, "")) for f in flats for k in f)]
     names = _ordered_union(flats, present)
     shapes = {n: [tuple(f[n].shape) for f in flats if n in f] for n in names}
     dynamic = {n: _dynamic_axes(shapes[n], n) for n in names}

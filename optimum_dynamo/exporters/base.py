@@ -111,9 +111,8 @@ class Exporter:
     # ── Stage: infer ──
     @stage("infer inputs and dynamic shapes")
     def infer(self, ctx: ExportContext) -> None:
-        wanted = set(ctx.task.runtime_inputs())
         forward = inspect.signature(ctx.model.forward).parameters
-        inputs = [name for name in forward if name in wanted]
+        inputs = ctx.task.model_inputs(ctx.model)
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
         try:
@@ -125,11 +124,21 @@ class Exporter:
     @stage("torch.export")
     def export_program(self, ctx: ExportContext) -> None:
         args = ctx.arguments
+        _plain_buffers(ctx.model)
         with patches.applied(), torch.no_grad(), seen_tokens_hook(ctx.model):
             with torch.fx.experimental._config.patch(backed_size_oblivious=True):
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
                 )
+
+
+def _plain_buffers(model) -> None:
+    """Buffers registered as `nn.Parameter` (falcon_mamba on transformers 4) are seen twice by
+    torch.export's unlifting ("attribute already exists"): keep their values as plain tensors."""
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if isinstance(buffer, torch.nn.Parameter):
+                module._buffers[name] = buffer.data
 
 
 def _load_model(auto_class, model_id: str, config, kwargs: dict):

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import ExportError
 from ..flatten import flat_outputs
-from ..manifest import write_manifest
+from ..manifest import runtime_of, write_manifest
 from ..validate import as_dicts, compare, table
 from .base import ExportContext, Exporter, logger, stage
 from .onnx_optimize import optimize
@@ -117,6 +117,7 @@ class OnnxExporter(Exporter):
             files=[ONNX_FILE, ONNX_DATA],
             inputs=ctx.arguments.input_names,
             outputs=ctx.output_names,
+            runtime=runtime_of(ctx.task, ctx.output_names),
             discrepancies=as_dicts(ctx.discrepancies),
         )
 

@@ -8,6 +8,7 @@ import inspect
 import torch
 
 from .registry import flatten_cache, register_cache, unflatten_cache
+from .states import fill_state_layer, is_state_layer, layer_leaves
 
 
 def _class_path(obj_or_cls) -> str:
@@ -54,10 +55,12 @@ def rebuild_dynamic(cls, context, tensors):
         return cache
     leaves = iter(tensors)
     built = []
-    for layer_path, kwargs, initialized in layers:
+    for layer_path, kwargs, initialized, *states in layers:
         layer = _resolve(layer_path)(**dict(kwargs))
         if initialized:
             _fill_layer(layer, next(leaves), next(leaves))
+        if states:  # a linear-attention layer (transformers >= 5)
+            fill_state_layer(layer, states[0], leaves)
         built.append(layer)
     cache.layers = built
     return cache
@@ -68,13 +71,21 @@ def flatten_dynamic(cache):
     if not hasattr(cache, "layers"):
         tensors = [t for pair in zip(cache.key_cache, cache.value_cache) for t in pair]
         return _pair_names(len(cache.key_cache)), tensors, ("lists", len(cache.key_cache))
-    tensors, layers = [], []
-    for layer in cache.layers:
-        initialized = bool(getattr(layer, "is_initialized", layer.keys is not None))
+    names, tensors, layers = [], [], []
+    for i, layer in enumerate(cache.layers):
+        keys = getattr(layer, "keys", None)
+        initialized = keys is not None and bool(getattr(layer, "is_initialized", True))
         if initialized:
-            tensors += [layer.keys, layer.values]
-        layers.append((_class_path(layer), _init_kwargs(layer), initialized))
-    return _pair_names(len(tensors) // 2), tensors, ("layers", tuple(layers))
+            names += [f"{i}.key", f"{i}.value"]
+            tensors += [keys, layer.values]
+        entry = (_class_path(layer), _init_kwargs(layer), initialized)
+        if is_state_layer(layer):  # linear-attention states (transformers >= 5), after its keys/values
+            state_names, states, state_context = layer_leaves(layer)
+            names += [f"{i}.{n}" for n in state_names]
+            tensors += states
+            entry += (state_context,)
+        layers.append(entry)
+    return names, tensors, ("layers", tuple(layers))
 
 
 # EncoderDecoderCache: a self-attention cache ("decoder") and a cross-attention cache ("encoder").

@@ -20,6 +20,12 @@ def flat_inputs(kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, torch
         elif is_cache(value):
             leaves, tensors, _ = flatten_cache(value)
             flat.update((input_name(name, leaf), t) for leaf, t in zip(leaves, tensors))
+        elif value is not None and not isinstance(value, (bool, int, float, str)):
+            raise TypeError(
+                f"input {name!r} is a {type(value).__module__}.{type(value).__qualname__}, which has no registered "
+                "flattening: its tensors would be lost. Register the class with @register_cache "
+                "(optimum_dynamo/flatten/caches.py or states.py)."
+            )
     return flat
 
 

@@ -1,6 +1,14 @@
 """Reversible, version-gated patches applied during export."""
 
-from . import transformers_attention, transformers_masks, transformers_moe, transformers_sliding  # noqa: F401
+from . import (  # noqa: F401  (register their patches)
+    transformers_attention,
+    transformers_jamba,
+    transformers_mamba,
+    transformers_masks,
+    transformers_moe,
+    transformers_recurrent_mask,
+    transformers_sliding,
+)
 from .registry import Patch, PatchError, active_patches, applied, original, register_patch, unregister_patch
 
 __all__ = ["Patch", "PatchError", "active_patches", "applied", "original", "register_patch", "unregister_patch"]

@@ -102,7 +102,7 @@ def compare(
     output, or `model` run again on the same inputs when some were substituted. Positions hidden
     by the attention mask are left out (padding computes different garbage in each runtime)."""
     positions = position_axes(session)
-    kwarg_names = [k for k in args.kwargs if k in {n.split(".")[0] for n in args.input_names}]
+    kwarg_names = [k for k in args.kwargs if any(n == k or n.startswith(input_name(k, "")) for n in args.input_names)]
     worst: dict[str, Discrepancy] = {}
     for i, call in enumerate(tqdm(calls, desc="validate", unit="call", leave=False, disable=len(calls) < 8)):
         flat = flat_inputs(call.kwargs, kwarg_names)

@@ -1,0 +1,240 @@
+"""State caches of state-space / linear-attention / convolution layers (Mamba, Jamba, LFM2, Qwen3-Next...).
+
+Leaf names, the same in every transformers version: ``N.conv_state`` and ``N.recurrent_state`` for
+layer N (transformers 5's `conv_states` / `recurrent_states`; transformers 4's Mamba `ssm_states`
+are the recurrent state). A layer with more than one state adds ``N.conv_state_1``, ... Attention
+layers keep ``N.key`` / ``N.value``. Unlike keys and values, states have no sequence axis: their
+shape is fixed by the config, only the batch varies.
+
+- transformers >= 5: linear-attention layers (`LinearAttentionLayer` and the hybrid
+  `LinearAttentionAnd*AttentionLayer`) inside `DynamicCache`; `flatten_dynamic` asks `layer_leaves`.
+- transformers 4: one class per model family, each registered below.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .registry import register_cache
+
+CONV, RECURRENT = "conv_state", "recurrent_state"
+
+
+def is_state_layer(layer) -> bool:
+    """A transformers >= 5 linear-attention cache layer (possibly also holding keys/values)."""
+    return hasattr(layer, "conv_states") and hasattr(layer, "recurrent_states")
+
+
+def state_name(kind: str, index: int) -> str:
+    return kind if index == 0 else f"{kind}_{index}"
+
+
+def layer_leaves(layer) -> tuple[list[str], list[torch.Tensor], tuple]:
+    """The state leaves of one linear-attention layer (names without the layer index) and its context:
+    per state (conv initialized, recurrent initialized, has previous state, conv kernel size), record_past."""
+    names, tensors, states = [], [], []
+    for i in range(layer.number_of_states):
+        conv, recurrent = bool(layer.is_conv_states_initialized[i]), bool(layer.is_recurrent_states_initialized[i])
+        if conv:
+            names.append(state_name(CONV, i))
+            tensors.append(layer.conv_states[i])
+        if recurrent:
+            names.append(state_name(RECURRENT, i))
+            tensors.append(layer.recurrent_states[i])
+        states.append((conv, recurrent, bool(layer.has_previous_state[i]), layer.conv_kernel_size[i]))
+    return names, tensors, (tuple(states), bool(layer.record_past))
+
+
+def fill_state_layer(layer, context, leaves) -> None:
+    """Put the states back into a freshly built layer; `leaves` is an iterator over the tensors."""
+    states, record_past = context
+    layer.record_past = record_past
+    for i, (conv, recurrent, previous, kernel) in enumerate(states):
+        for initialized, store, flags in (
+            (conv, layer.conv_states, layer.is_conv_states_initialized),
+            (recurrent, layer.recurrent_states, layer.is_recurrent_states_initialized),
+        ):
+            if initialized:
+                store[i] = next(leaves)
+                flags[i] = True
+                layer.dtype, layer.device = store[i].dtype, store[i].device
+        layer.has_previous_state[i] = previous
+        layer.conv_kernel_size[i] = kernel
+
+
+# ── transformers 4 ──
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def rebuild_mamba(cls, context, tensors):
+    """MambaCache's constructor needs a config: set its attributes directly instead."""
+    (max_batch_size, dtype, intermediate_size, ssm_state_size, conv_kernel_size), _ = context
+    cache = cls.__new__(cls)
+    cache.max_batch_size, cache._dtype = max_batch_size, getattr(torch, dtype)
+    cache.intermediate_size, cache.ssm_state_size, cache.conv_kernel_size = intermediate_size, ssm_state_size, conv_kernel_size
+    cache.conv_states, cache.ssm_states = list(tensors[0::2]), list(tensors[1::2])
+    return cache
+
+
+def _mamba_leaves(cache):
+    names = [f"{i}.{part}" for i in range(len(cache.conv_states)) for part in (CONV, RECURRENT)]
+    tensors = [t for pair in zip(cache.conv_states, cache.ssm_states) for t in pair]
+    sizes = (cache.max_batch_size, _dtype_name(cache._dtype), cache.intermediate_size, cache.ssm_state_size,
+             cache.conv_kernel_size)
+    return names, tensors, (sizes, len(cache.conv_states))
+
+
+@register_cache("transformers.models.mamba.modeling_mamba.MambaCache", unflatten=rebuild_mamba)
+def flatten_mamba(cache):
+    return _mamba_leaves(cache)
+
+
+@register_cache("transformers.cache_utils.MambaCache", unflatten=rebuild_mamba)  # transformers < 4.54
+def flatten_mamba_cache_utils(cache):
+    return _mamba_leaves(cache)
+
+
+@register_cache("transformers.models.falcon_mamba.modeling_falcon_mamba.FalconMambaCache", unflatten=rebuild_mamba)
+def flatten_falcon_mamba(cache):
+    return _mamba_leaves(cache)
+
+
+# transformers 4 hybrids (Jamba, Zamba, Qwen3-Next): per-layer lists, attention layers in
+# `key_cache`/`value_cache`, state layers in `conv_states` and `ssm_states` (Qwen3-Next:
+# `recurrent_states`); the other slots hold placeholders (`[batch, 0]` tensors, or None), which are
+# not leaves. Scalar attributes (block types, flags, sizes) go in the context.
+_KV = (("key_cache", "key"), ("value_cache", "value"))
+_MAMBA_LISTS = _KV + (("conv_states", CONV), ("ssm_states", RECURRENT))
+_LINEAR_LISTS = _KV + (("conv_states", CONV), ("recurrent_states", RECURRENT))
+_EMPTY, _NONE, _LEAF = 0, 1, 2  # what a slot holds
+
+
+def _scalar(value):
+    if isinstance(value, torch.dtype):
+        return ("dtype", _dtype_name(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, bool)) for v in value):
+        return ("list", tuple(value))
+    if isinstance(value, dict) and not value:
+        return ("dict", ())
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return ("value", value)
+    return None
+
+
+def _unscalar(kind, value):
+    return {"dtype": lambda: getattr(torch, value), "list": lambda: list(value), "dict": dict}.get(kind, lambda: value)()
+
+
+def _slot(t) -> int:
+    # a static test: shapes may be symbolic while exporting
+    return _NONE if t is None else _LEAF if t.dim() > 2 else _EMPTY
+
+
+def _rebuild_lists(lists):
+    def rebuild(cls, context, tensors):
+        scalars, slots = context
+        cache = cls.__new__(cls)
+        for name, (kind, value) in scalars:
+            setattr(cache, name, _unscalar(kind, value))
+        batch = tensors[0].shape[0] if tensors else 0
+        leaves = iter(tensors)
+        built = {attr: [] for attr, _ in lists}
+        for layer in slots:
+            for (attr, _), slot in zip(lists, layer):
+                built[attr].append(next(leaves) if slot == _LEAF else None if slot == _NONE else torch.zeros(batch, 0))
+        for attr, values in built.items():
+            setattr(cache, attr, values)
+        return cache
+
+    return rebuild
+
+
+def _list_leaves(cache, lists):
+    names, tensors, slots = [], [], []
+    for i in range(len(getattr(cache, lists[0][0]))):
+        layer = []
+        for attr, leaf in lists:
+            t = getattr(cache, attr)[i]
+            layer.append(_slot(t))
+            if layer[-1] == _LEAF:
+                names.append(f"{i}.{leaf}")
+                tensors.append(t)
+        slots.append(tuple(layer))
+    skip = {attr for attr, _ in lists}
+    scalars = tuple(
+        (name, scalar) for name, value in sorted(vars(cache).items())
+        if name not in skip and (scalar := _scalar(value)) is not None
+    )
+    return names, tensors, (scalars, tuple(slots))
+
+
+@register_cache("transformers.models.jamba.modeling_jamba.HybridMambaAttentionDynamicCache",
+                unflatten=_rebuild_lists(_MAMBA_LISTS))
+def flatten_jamba(cache):
+    return _list_leaves(cache, _MAMBA_LISTS)
+
+
+@register_cache("transformers.models.zamba.modeling_zamba.ZambaHybridDynamicCache", unflatten=_rebuild_lists(_MAMBA_LISTS))
+def flatten_zamba(cache):
+    return _list_leaves(cache, _MAMBA_LISTS)
+
+
+@register_cache("transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextDynamicCache",
+                unflatten=_rebuild_lists(_LINEAR_LISTS))
+def flatten_qwen3_next(cache):
+    return _list_leaves(cache, _LINEAR_LISTS)
+
+
+# transformers 4 LFM2: `conv_cache` for every layer (attention layers' stay zero and unused, not leaves),
+# `key_cache`/`value_cache` grown up to the last attention layer, with `tensor([])` for conv layers.
+def rebuild_lfm2(cls, context, tensors):
+    scalars, slots = context
+    cache = cls.__new__(cls)
+    for name, (kind, value) in scalars:
+        setattr(cache, name, _unscalar(kind, value))
+    position, conv_shape = 0, None
+    for kind, has_kv in slots:  # the shape of the first conv leaf
+        if kind == "conv":
+            conv_shape = tensors[position].shape
+            break
+        position += 2 if has_kv else 0
+    leaves = iter(tensors)
+    cache.conv_cache, cache.key_cache, cache.value_cache = [], [], []
+    for kind, has_kv in slots:
+        if kind == "conv":
+            cache.conv_cache.append(next(leaves))
+            if has_kv is not None:
+                cache.key_cache.append(torch.tensor([]))
+                cache.value_cache.append(torch.tensor([]))
+        else:
+            cache.conv_cache.append(torch.zeros(conv_shape, dtype=getattr(cache, "_dtype", torch.float32)))
+            if has_kv is not None:
+                cache.key_cache.append(next(leaves) if has_kv else torch.tensor([]))
+                cache.value_cache.append(next(leaves) if has_kv else torch.tensor([]))
+    return cache
+
+
+@register_cache("transformers.models.lfm2.modeling_lfm2.Lfm2HybridConvCache", unflatten=rebuild_lfm2)
+def flatten_lfm2(cache):
+    names, tensors, slots = [], [], []
+    for i, kind in enumerate(cache.layer_types):
+        in_kv = i < len(cache.key_cache)  # None: past the end of key_cache
+        has_kv = in_kv and cache.key_cache[i].dim() > 2
+        if kind == "full_attention":
+            if has_kv:
+                names += [f"{i}.key", f"{i}.value"]
+                tensors += [cache.key_cache[i], cache.value_cache[i]]
+            slots.append(("attention", has_kv if in_kv else None))
+        else:
+            names.append(f"{i}.{CONV}")
+            tensors.append(cache.conv_cache[i])
+            slots.append(("conv", has_kv if in_kv else None))
+    skip = {"conv_cache", "key_cache", "value_cache"}
+    scalars = tuple(
+        (name, scalar) for name, value in sorted(vars(cache).items())
+        if name not in skip and (scalar := _scalar(value)) is not None
+    )
+    return names, tensors, (scalars, tuple(slots))

@@ -1,0 +1,38 @@
+"""Padding mask of state (mamba / linear-attention / conv) layers in hybrid models, transformers 5.
+
+`create_recurrent_attention_mask` drops the mask of single-token steps ("a generated token is never
+padding"). An exported hybrid advances its states one token per call, the prompt included (see
+docs/caches.md, "State caches"), so a left-padding token arrives alone too and must still be masked
+out of the state. The patch keeps the mask's last column on single-token steps: 1 for every token
+`generate` decodes (a no-op there), 0 for padding. Applied while capturing and exporting."""
+
+from .registry import register_patch
+
+_V5 = {"transformers": ">=5.23"}  # measured on 5.23
+_REASON = "single-token steps keep their padding-mask column (the prompt is stepped token by token)"
+
+
+def _last_columns(attention_mask, inputs_embeds):
+    if attention_mask is None or attention_mask.ndim != 2:
+        return None
+    return attention_mask[:, -inputs_embeds.shape[1] :]
+
+
+@register_patch("transformers.models.jamba.modeling_jamba.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
+def jamba_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
+    return _last_columns(attention_mask, inputs_embeds)
+
+
+@register_patch("transformers.models.lfm2.modeling_lfm2.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
+def lfm2_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
+    return _last_columns(attention_mask, inputs_embeds)
+
+
+@register_patch("transformers.models.zamba.modeling_zamba.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
+def zamba_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
+    return _last_columns(attention_mask, inputs_embeds)
+
+
+@register_patch("transformers.models.qwen3_next.modeling_qwen3_next.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
+def qwen3_next_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
+    return _last_columns(attention_mask, inputs_embeds)

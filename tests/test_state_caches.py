@@ -1,0 +1,211 @@
+"""State caches (Mamba, linear attention): flatten round trips with stable names, a clear error for
+cache objects nobody registered, and `--dynamo` exports driven by the package's own step loop with
+greedy-token and logit parity against PyTorch's `generate`."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.utils._pytree as pytree
+import transformers
+from packaging.version import Version
+from transformers import AutoModelForCausalLM
+
+from optimum_dynamo import flatten, patches
+from optimum_dynamo.capture.drivers import zero_state
+from optimum_dynamo.runtime import OnnxStepModel
+from optimum_dynamo.tiny import save_tiny_decoder
+
+from conftest import optimum_cli
+
+V5 = Version(transformers.__version__) >= Version("5")
+STATE_NAMES = ["0.conv_state", "0.recurrent_state", "1.conv_state", "1.recurrent_state"]
+
+
+def _cache_of(out):
+    return out.past_key_values if hasattr(out, "past_key_values") else out.cache_params
+
+
+def _step(model, cache, token, position):
+    kwarg = "cache_params" if hasattr(model, "backbone") else "past_key_values"
+    extra = {} if V5 else {"cache_position": torch.tensor([position])}
+    return model(input_ids=token, **{kwarg: cache}, use_cache=True, **extra)
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory):
+    """Tiny checkpoints with untied embeddings (tied random ones make greedy decoding repeat the input)."""
+    root, built = tmp_path_factory.mktemp("states"), {}
+
+    def get(model_type):
+        if model_type not in built:
+            built[model_type] = save_tiny_decoder(model_type, root / model_type, tie_word_embeddings=False)
+        return built[model_type]
+
+    return get
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
+def test_mamba_cache_round_trip_continues_generation(model_type, untied):
+    model = AutoModelForCausalLM.from_pretrained(untied(model_type)).eval()
+    ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = _cache_of(model(input_ids=ids, use_cache=True))
+        names, tensors, context = flatten.flatten_cache(cache)
+        assert names == STATE_NAMES  # the same in transformers 4 (MambaCache) and 5 (DynamicCache)
+        assert [tuple(t.shape) for t in tensors] == [(2, 64, 4), (2, 64, 8)] * 2
+        rebuilt = flatten.unflatten_cache(type(cache), context, [t.clone() for t in tensors])
+        again = flatten.flatten_cache(rebuilt)
+        assert again[0] == names and again[2] == context
+        assert all(torch.equal(a, b) for a, b in zip(again[1], tensors))
+        step = torch.tensor([[7], [9]])
+        expected = _step(model, cache, step, 5)
+        got = _step(model, rebuilt, step, 5)
+    assert torch.equal(got.logits, expected.logits)
+    assert all(torch.equal(a, b) for a, b in zip(flatten.flatten_cache(_cache_of(got))[1], flatten.flatten_cache(_cache_of(expected))[1]))
+    with flatten.registered():
+        leaves, spec = pytree.tree_flatten(flatten.clone_cache(rebuilt))
+        assert len(leaves) == 4
+        assert flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
+
+
+@pytest.mark.parametrize("model_type", ["jamba", "lfm2", "qwen3_next", "zamba"])
+def test_hybrid_cache_round_trip_continues_generation(model_type, untied):
+    """transformers 4: each hybrid's own cache class (empty placeholders are not leaves); transformers 5:
+    DynamicCache with linear-attention and attention layers. The same names in both."""
+    from optimum_dynamo.capture.drivers import _own_state_cache
+
+    model = AutoModelForCausalLM.from_pretrained(untied(model_type)).eval()
+    ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+        if cache is None:  # transformers 4 Jamba/Zamba return no cache unless given one
+            start = _own_state_cache(model)(model.config, 2, dtype=torch.float32)
+            cache = model(input_ids=ids, past_key_values=start, use_cache=True).past_key_values
+        names, tensors, context = flatten.flatten_cache(cache)
+        assert names == [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]
+        assert all(t.shape[0] == 2 for t in tensors)
+        assert [t.shape[-2] for n, t in zip(names, tensors) if n.endswith(".key")] == [5] * sum(n.endswith(".key") for n in names)
+        rebuilt = flatten.unflatten_cache(type(cache), context, [t.clone() for t in tensors])
+        assert flatten.flatten_cache(rebuilt)[0] == names and flatten.flatten_cache(rebuilt)[2] == context
+        step, extra = torch.tensor([[7], [9]]), {} if V5 else {"cache_position": torch.tensor([5])}
+        expected = model(input_ids=step, past_key_values=cache, use_cache=True, **extra).logits
+        got = model(input_ids=step, past_key_values=rebuilt, use_cache=True, **extra).logits
+    assert torch.equal(got, expected)
+    with flatten.registered():
+        leaves, spec = pytree.tree_flatten(flatten.clone_cache(rebuilt))
+        assert len(leaves) == len(names) and flatten.flatten_cache(pytree.tree_unflatten(leaves, spec))[0] == names
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
+def test_zero_state_is_the_state_before_the_first_token(model_type, untied):
+    """Stepping from the zero state = starting without a cache (transformers 4: with the export patches,
+    which write the conv window's last slot at every position)."""
+    model = AutoModelForCausalLM.from_pretrained(untied(model_type)).eval()
+    ids = torch.randint(3, 100, (2, 3), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        fresh = model(input_ids=ids).logits[:, -1]
+        with patches.applied():
+            cache = zero_state(model, 2)
+            for t in range(3):
+                out = _step(model, cache, ids[:, t : t + 1], t)
+                cache = _cache_of(out)
+    torch.testing.assert_close(out.logits[:, -1], fresh, atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(not V5, reason="linear-attention cache layers exist from transformers 5")
+def test_hybrid_linear_attention_layers_round_trip():
+    from transformers.cache_utils import (
+        DynamicCache,
+        DynamicLayer,
+        LinearAttentionAndFullAttentionLayer,
+        LinearAttentionLayer,
+    )
+
+    cache = DynamicCache()
+    cache.layers = [LinearAttentionLayer(), DynamicLayer(), LinearAttentionAndFullAttentionLayer(number_of_states=2)]
+    g = torch.Generator().manual_seed(0)
+    cache.update_conv_state(torch.randn(2, 6, 3, generator=g), 0)
+    cache.update_recurrent_state(torch.randn(2, 6, 5, generator=g), 0)
+    cache.update(torch.randn(2, 2, 4, 8, generator=g), torch.randn(2, 2, 4, 8, generator=g), 1)
+    cache.update(torch.randn(2, 2, 4, 8, generator=g), torch.randn(2, 2, 4, 8, generator=g), 2)
+    cache.update_conv_state(torch.randn(2, 6, 3, generator=g), 2, state_idx=1)  # only the second state
+    names, tensors, context = flatten.flatten_cache(cache)
+    assert names == ["0.conv_state", "0.recurrent_state", "1.key", "1.value", "2.key", "2.value", "2.conv_state_1"]
+    rebuilt = flatten.unflatten_cache(DynamicCache, context, [t.clone() for t in tensors])
+    again = flatten.flatten_cache(rebuilt)
+    assert again[0] == names and again[2] == context
+    assert all(torch.equal(a, b) for a, b in zip(again[1], tensors))
+    assert rebuilt.has_previous_state(0) and rebuilt.has_previous_state(2, state_idx=1)
+    assert not rebuilt.has_previous_state(2, state_idx=0)
+    assert rebuilt.get_seq_length(1) == 4
+    step = torch.randn(2, 6, 1, generator=g)  # states keep updating after the round trip
+    assert torch.equal(rebuilt.update_conv_state(step, 0), cache.update_conv_state(step, 0))
+
+
+def test_unregistered_cache_input_is_an_error():
+    class HomemadeCache:
+        pass
+
+    with pytest.raises(TypeError, match=r"'past_key_values' is a .*HomemadeCache, which has no registered flattening"):
+        flatten.flat_inputs({"past_key_values": HomemadeCache()}, ["past_key_values"])
+
+
+def _export(checkpoint, out):
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoint, "--task", "text-generation-with-past", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    manifest = json.loads((out / "optimum_dynamo.json").read_text())
+    assert manifest["runtime"] == "optimum_dynamo.runtime.OnnxStepModel"
+    return manifest
+
+
+def _assert_generate_parity(checkpoint, out, generate_kwargs=None):
+    """Greedy tokens of a left-padded batch of 2 equal PyTorch's generate; first-step logits within 1e-4."""
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    ids = torch.tensor([[0, 0, 5, 9, 17, 23], [4, 8, 15, 16, 23, 42]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])  # row 0 left-padded
+    new = 8
+    with torch.no_grad():
+        ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                             pad_token_id=0, output_logits=True, return_dict_in_generate=True, **(generate_kwargs or {}))
+    tokens, logits = OnnxStepModel(out).generate(ids.numpy(), mask.numpy(), new, return_logits=True)
+    expected = ref.sequences[:, ids.shape[1]:].numpy()
+    assert len(set(expected.ravel().tolist())) > 2  # the comparison is not of a constant sequence
+    np.testing.assert_array_equal(tokens, expected)
+    np.testing.assert_allclose(logits[:, 0], ref.logits[0].numpy(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
+def test_cli_export_runs_in_step_loop_with_generate_parity(model_type, untied, tmp_path):
+    manifest = _export(untied(model_type), tmp_path / model_type)
+    pasts = [f"past_key_values.{n}" for n in STATE_NAMES]
+    assert manifest["inputs"] == ["input_ids", "attention_mask", *pasts] + ([] if V5 else ["cache_position"])
+    assert manifest["outputs"] == ["logits", *[f"present.{n}" for n in STATE_NAMES]]
+    _assert_generate_parity(untied(model_type), tmp_path / model_type)
+
+
+_STATE, _ATTN = ("conv_state", "recurrent_state"), ("key", "value")
+HYBRIDS = {  # model type -> leaves of each layer, in order
+    "jamba": [_STATE, _ATTN],
+    "lfm2": [("conv_state",), _ATTN],
+    "qwen3_next": [_STATE, _ATTN],
+    "zamba": [_STATE, _STATE, _ATTN + _STATE, _STATE, _ATTN + _STATE],  # shared attention beside mamba
+}
+
+
+# transformers 4: their caches round-trip (above), but torch.export stops at data-dependent branches on
+# cache_position values (lfm2 ShortConv.slow_forward, qwen3_next _update_linear_attn_mask): not patched yet
+NOT_YET_V4 = {"lfm2", "qwen3_next"}
+
+
+@pytest.mark.parametrize("model_type", sorted(HYBRIDS))
+def test_hybrid_cli_export_runs_in_step_loop_with_generate_parity(model_type, untied, tmp_path):
+    if not V5 and model_type in NOT_YET_V4:
+        pytest.skip(f"transformers 4: {model_type} export hits data-dependent guards on cache_position (not patched yet)")
+    manifest = _export(untied(model_type), tmp_path / model_type)
+    leaves = [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]
+    pasts = [f"past_key_values.{n}" for n in leaves]
+    assert manifest["inputs"] == ["input_ids", "attention_mask", *pasts] + ([] if V5 else ["cache_position"])
+    assert manifest["outputs"] == ["logits", *[f"present.{n}" for n in leaves]]
+    _assert_generate_parity(untied(model_type), tmp_path / model_type)
