@@ -64,42 +64,29 @@ def test_failing_export_restores_everything(checkpoints, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_dense_moe_patch_equals_the_routing_loop():
-    """Where the dense-experts patch is active (transformers 4), it computes what the original block does."""
+@pytest.mark.parametrize("model_type, replacement, block_of, skip", [
+    ("mixtral", "dense_mixtral_moe", lambda layer: layer.block_sparse_moe,
+     "transformers >= 5 loads MoE with batched-matmul experts instead"),
+    ("gpt_oss", "dense_gpt_oss_experts", lambda layer: layer.mlp,
+     "transformers >= 5 loads gpt_oss with batched-matmul experts; < 4.55 has no gpt_oss"),
+])
+def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, block_of, skip):
+    """Where a dense-experts patch is active (transformers 4), it computes what the original block does."""
     from transformers import AutoModelForCausalLM
 
-    from optimum_dynamo.patches.transformers_moe import dense_mixtral_moe
+    from optimum_dynamo.patches import transformers_moe
     from optimum_dynamo.tiny import tiny_config
 
-    patch = next((p for p in patches.active_patches() if p.replacement is dense_mixtral_moe), None)
+    fn = getattr(transformers_moe, replacement)
+    patch = next((p for p in patches.active_patches() if p.replacement is fn), None)
     if patch is None:
-        pytest.skip("transformers >= 5 loads MoE with batched-matmul experts instead")
+        pytest.skip(skip)
     torch.manual_seed(0)
-    block = AutoModelForCausalLM.from_config(tiny_config("mixtral")).model.layers[0].block_sparse_moe.eval()
+    block = block_of(AutoModelForCausalLM.from_config(tiny_config(model_type)).model.layers[0]).eval()
     hidden = torch.randn(3, 5, 32)
     with torch.no_grad():
-        expected, expected_logits = block(hidden)
+        expected, expected_routing = block(hidden)
         with patches.applied([patch]):
-            got, logits = block(hidden)
-    assert torch.equal(logits, expected_logits)
-    assert (got - expected).abs().max().item() < 1e-6
-
-
-def test_dense_gpt_oss_experts_equal_the_routing_loop():
-    from transformers import AutoModelForCausalLM
-
-    from optimum_dynamo.patches.transformers_moe import dense_gpt_oss_experts
-    from optimum_dynamo.tiny import tiny_config
-
-    patch = next((p for p in patches.active_patches() if p.replacement is dense_gpt_oss_experts), None)
-    if patch is None:
-        pytest.skip("transformers >= 5 loads gpt_oss with batched-matmul experts; < 4.55 has no gpt_oss")
-    torch.manual_seed(0)
-    mlp = AutoModelForCausalLM.from_config(tiny_config("gpt_oss")).model.layers[0].mlp.eval()
-    hidden = torch.randn(3, 5, 32)
-    with torch.no_grad():
-        expected, expected_scores = mlp(hidden)
-        with patches.applied([patch]):
-            got, scores = mlp(hidden)
-    assert torch.equal(scores, expected_scores)
+            got, routing = block(hidden)
+    assert torch.equal(routing, expected_routing)
     assert (got - expected).abs().max().item() < 1e-6
