@@ -9,13 +9,14 @@ import sys
 from typing import Callable
 
 _pending: dict[str, list[Callable]] = {}
+_before: dict[str, list[Callable]] = {}
 
 
 class _AfterImport:
     """A meta-path finder that finds nothing itself: it wraps the real loader of a watched module."""
 
     def find_spec(self, name, path, target=None):
-        if name not in _pending:
+        if name not in _pending and name not in _before:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -31,6 +32,8 @@ class _AfterImport:
         exec_module = loader.exec_module
 
         def run(module):
+            for callback in _before.pop(name, ()):
+                callback(module)
             exec_module(module)
             for callback in _pending.pop(name, ()):
                 callback(module)
@@ -45,11 +48,12 @@ class _AfterImport:
 _FINDER = _AfterImport()
 
 
-def when_imported(name: str, callback: Callable) -> None:
-    """Call `callback(module)` once `name` is imported: now if it already is, else right after its import."""
+def when_imported(name: str, callback: Callable, *, before: bool = False) -> None:
+    """Call `callback(module)` once `name` is imported: now if it already is, else right after its import
+    (`before=True`: right before its code runs, so what it imports at the top is already in place)."""
     if name in sys.modules:
         callback(sys.modules[name])
         return
-    _pending.setdefault(name, []).append(callback)
+    (_before if before else _pending).setdefault(name, []).append(callback)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)

@@ -27,7 +27,7 @@ class Shim:
     since: str  # first transformers version that removed the name, or started to need the change
     make: Callable[[object], object]  # module -> new value
     replace: bool = False  # overwrite an existing name (otherwise only fill a missing one)
-    trigger: str | None = None  # the import that applies the entry, when not `module`'s own
+    trigger: str | None = None  # apply right before and after this module runs, not at `module`'s import
 
 
 def _attr(module: str, name: str) -> Callable[[object], object]:
@@ -105,9 +105,11 @@ SHIMS = [
     Shim(f"{_TF}.utils.generic", "_CAN_RECORD_REGISTRY", "5.2.0", _can_record_registry),
     Shim(f"{_TF}.utils.generic", "OutputRecorder", "5.2.0", _attr(f"{_TF}.utils.output_capturing", "OutputRecorder")),
     # optimum.onnxruntime.modeling_seq2seq imports AutoModelForVision2Seq, renamed AutoModelForImageTextToText in 5.0.
-    # Set when transformers is imported and again when optimum.onnxruntime is: transformers 5 replaces its
-    # lazy module object in sys.modules after a model is built, and the new one lacks the name.
+    # Set when transformers is imported and again right before modeling_seq2seq runs: transformers 5 replaces
+    # its lazy module object in sys.modules after a model is built, and the new one lacks the name.
     Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText")),
+    Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), replace=True,
+         trigger="optimum.onnxruntime.modeling_seq2seq"),
     Shim(_TF, "AutoModelForVision2Seq", "5.0.0", _attr(_TF, "AutoModelForImageTextToText"), replace=True,
          trigger="optimum.onnxruntime"),
     # ORTModelForCausalLM.from_pretrained / generate. Configs hold no generation parameters since 5.0.
@@ -154,6 +156,14 @@ def _apply(shim: Shim, module) -> None:
         applied.append(shim)
 
 
+def reapply() -> None:
+    """Apply the applied entries again to the modules now in sys.modules (transformers 5 replaces its lazy
+    module object after a model is built; optimum resolves auto classes on it by name)."""
+    for shim in list(dict.fromkeys(applied)):
+        if shim.module in sys.modules:
+            _apply(shim, sys.modules[shim.module])
+
+
 _installed = False
 
 
@@ -166,6 +176,8 @@ def install() -> None:
     for shim in SHIMS:
         if version >= Version(shim.since):
             if shim.trigger:
-                when_imported(shim.trigger, lambda _, shim=shim: _apply(shim, importlib.import_module(shim.module)))
+                for before in (True, False):
+                    when_imported(shim.trigger, lambda _, shim=shim: _apply(shim, importlib.import_module(shim.module)),
+                                  before=before)
             else:
                 when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))

@@ -169,4 +169,7 @@ def _preprocessor(model_id: str, kwargs: dict):
 def _tasks_auto_class(base_task: str):
     from optimum.exporters.tasks import TasksManager
 
+    from legacy_bridge import transformers5
+
+    transformers5.reapply()  # names optimum looks up on transformers (e.g. AutoModelForVision2Seq on 5.x)
     return TasksManager.get_model_class_for_task(base_task, library="transformers")
