@@ -154,11 +154,12 @@ def _load_model(auto_class, model_id: str, config, kwargs: dict):
     return auto_class.from_pretrained(model_id, config=config, **kwargs).eval()
 
 
-def _preprocessor(model_id: str, kwargs: dict):
-    """The checkpoint's tokenizer, else its image processor, else None (samples are then synthesized)."""
-    from transformers import AutoImageProcessor, AutoTokenizer
+def _preprocessor(model_id: str, kwargs: dict, autos: tuple[str, ...] = ("AutoTokenizer", "AutoImageProcessor")):
+    """The checkpoint's first preprocessor among `autos` (transformers auto class names), else None
+    (samples are then synthesized)."""
+    import transformers
 
-    for auto in (AutoTokenizer, AutoImageProcessor):
+    for auto in (getattr(transformers, name) for name in autos):
         try:
             return auto.from_pretrained(model_id, **kwargs)
         except Exception:

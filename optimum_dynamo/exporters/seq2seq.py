@@ -30,7 +30,7 @@ from ..errors import ExportError
 from ..flatten import flat_inputs, flat_outputs
 from ..manifest import MANIFEST_FILE, versions
 from ..validate import as_dicts, compare, table
-from .base import ExportContext, logger, stage
+from .base import ExportContext, _preprocessor, logger, stage
 from .onnx import WARN_ABOVE, OnnxExporter, rename_io
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values", "input_values")
@@ -265,16 +265,9 @@ class _GraphInputs:
 
 
 def _processor(model_id: str, options: dict):
-    """The checkpoint's feature extractor or image processor (None for text models)."""
-    from transformers import AutoFeatureExtractor, AutoImageProcessor
-
+    """The checkpoint's image processor or feature extractor (None for text models)."""
     kwargs = {"trust_remote_code": options.get("trust_remote_code", False), **options.get("hub_options", {})}
-    for auto in (AutoImageProcessor, AutoFeatureExtractor):
-        try:
-            return auto.from_pretrained(model_id, **kwargs)
-        except Exception:
-            continue
-    return None
+    return _preprocessor(model_id, kwargs, ("AutoImageProcessor", "AutoFeatureExtractor"))
 
 
 def export_seq2seq(model_id: str, output, task: str | None = None, **options) -> Seq2SeqContext:

@@ -19,20 +19,8 @@ def _last_columns(attention_mask, inputs_embeds):
 
 
 @register_patch("transformers.models.jamba.modeling_jamba.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-def jamba_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
-    return _last_columns(attention_mask, inputs_embeds)
-
-
 @register_patch("transformers.models.lfm2.modeling_lfm2.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-def lfm2_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
-    return _last_columns(attention_mask, inputs_embeds)
-
-
 @register_patch("transformers.models.zamba.modeling_zamba.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-def zamba_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
-    return _last_columns(attention_mask, inputs_embeds)
-
-
 @register_patch("transformers.models.qwen3_next.modeling_qwen3_next.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-def qwen3_next_recurrent_mask(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
+def recurrent_mask_of_new_tokens(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
     return _last_columns(attention_mask, inputs_embeds)
