@@ -1,7 +1,8 @@
 PYTHON ?= python3
 PYTEST_ARGS ?=
+SMOKE_ARGS ?=
 
-.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all demo docs clean
+.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 wheel demo docs clean
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -28,17 +29,40 @@ env-t5: .venv-t5/.done
 	touch $@
 
 test-t4: env-t4
-	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m pytest $(PYTEST_ARGS) tests
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/smoke
 
 test-t3: env-t3
 	HF_HUB_OFFLINE=1 .venv-t3/bin/python -m pytest $(PYTEST_ARGS) tests/test_flatten.py tests/test_caches.py tests/test_cache_roundtrip.py
 
 test-t5: env-t5
-	HF_HUB_OFFLINE=1 .venv-t5/bin/python -m pytest $(PYTEST_ARGS) tests
+	HF_HUB_OFFLINE=1 .venv-t5/bin/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/smoke
+
+# The smoke set runs from the built wheel, installed as users install it, in fresh environments
+# (tests/smoke: no test there imports optimum_dynamo; the start-up hook is what activates it).
+wheel: env-t4
+	rm -rf dist
+	.venv-t4/bin/python -m build -q -o dist . >/dev/null
+
+smoke-t4: wheel
+	rm -rf .venv-smoke-t4 && $(PYTHON) -m venv .venv-smoke-t4
+	.venv-smoke-t4/bin/pip install -q -r .ci/t4.txt
+	.venv-smoke-t4/bin/pip install -q "$$(ls dist/*.whl)[optimum-onnx]"
+	.venv-smoke-t4/bin/pip check
+	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t4/bin/python -m pytest $(SMOKE_ARGS) .
+
+smoke-t5: wheel
+	rm -rf .venv-smoke-t5 && $(PYTHON) -m venv .venv-smoke-t5
+	.venv-smoke-t5/bin/pip install -q -r .ci/t5.txt
+	.venv-smoke-t5/bin/pip install -q dist/*.whl
+	.venv-smoke-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
+	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t5/bin/python -m pytest $(SMOKE_ARGS) .
+
+smoke: smoke-t4 smoke-t5
 
 test: env-t4 env-t5
 	$(MAKE) test-t4
 	$(MAKE) test-t5
+	$(MAKE) smoke
 
 test-all:
 	$(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS) --runslow"
@@ -53,4 +77,4 @@ docs:
 	.venv-docs/bin/mkdocs build --strict
 
 clean:
-	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-docs build *.egg-info
+	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-smoke-t4 .venv-smoke-t5 .venv-docs build dist *.egg-info

@@ -14,12 +14,9 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 
-import torch
-
-from ._hooks import when_imported
+from .hooks import when_imported
 
 _MODULE = "optimum.onnxruntime.modeling_decoder"
 _CACHE_INPUT = "past_key_values.0.key"
@@ -69,6 +66,8 @@ def empty_cache(model, batch: int) -> tuple | None:
         return None
     if all((s[1], s[3]) == (model.num_key_value_heads, model.embed_size_per_head) for s in shapes):
         return None
+    import torch
+
     empty = [torch.zeros((batch, s[1], 0, s[3]), dtype=model.dtype, device=model.device) for s in shapes]
     return tuple(tuple(empty[i : i + 2]) for i in range(0, len(empty), 2))
 
@@ -83,8 +82,10 @@ def _positions_from_mask(model) -> bool:
     return Version(transformers.__version__) < Version("5")  # transformers 5 counts 0.. like the runtime
 
 
-def mask_positions(attention_mask: torch.Tensor, past: int) -> torch.Tensor:
+def mask_positions(attention_mask, past: int):
     """biogpt's positions on transformers 4: running count of attended tokens minus one, -1 on padding."""
+    import torch
+
     positions = (torch.cumsum(attention_mask, dim=1) * attention_mask - 1).long()
     return positions[:, past:]
 
@@ -94,6 +95,8 @@ def _past_length(past_key_values) -> int:
 
 
 def _patch(module) -> None:
+    import functools
+
     cls = module.ORTModelForCausalLM
     if not _enabled or _original:
         return

@@ -1,37 +1,40 @@
 """Let optimum-onnx 0.1.0 (written for transformers < 4.58) import and run on transformers 5.
 
-One table of small entries. Each is applied right after its module is imported (see `_hooks`), only when
+One table of small entries. Each is applied right after its module is imported (see `hooks`), only when
 the installed transformers is at least `since`, and, unless `replace` is set, only when the name is missing.
-So `install()` imports nothing, and on transformers 4 nothing is touched.
+So `install()` imports nothing (it runs at interpreter start-up: nothing but `sys` is
+imported until a watched module is), and on transformers 4 nothing is touched.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.metadata
 import sys
-import warnings
-from dataclasses import dataclass
-from typing import Callable
 
-from packaging.version import Version
-
-from ._hooks import when_imported
+from .hooks import when_imported
 
 
-@dataclass(frozen=True)
 class Shim:
-    module: str  # module that holds the name (where optimum looks for it)
-    attr: str  # dotted path inside the module ("Class.method" allowed)
-    since: str  # first transformers version that removed the name, or started to need the change
-    make: Callable[[object], object]  # module -> new value
-    replace: bool = False  # overwrite an existing name (otherwise only fill a missing one)
-    trigger: str | None = None  # apply right before and after this module runs, not at `module`'s import
+    """One entry (a plain class: `dataclasses` costs start-up time)."""
+
+    __slots__ = ("module", "attr", "since", "make", "replace", "trigger")
+
+    def __init__(self, module: str, attr: str, since: str, make, replace: bool = False, trigger: str | None = None):
+        self.module = module  # module that holds the name (where optimum looks for it)
+        self.attr = attr  # dotted path inside the module ("Class.method" allowed)
+        self.since = since  # first transformers version that removed the name, or started to need the change
+        self.make = make  # module -> new value
+        self.replace = replace  # overwrite an existing name (otherwise only fill a missing one)
+        self.trigger = trigger  # apply right before and after this module runs, not at `module`'s import
 
 
-def _attr(module: str, name: str) -> Callable[[object], object]:
-    return lambda _: getattr(importlib.import_module(module), name)
+def _import(name: str):
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def _attr(module: str, name: str):
+    return lambda _: getattr(_import(module), name)
 
 
 def _parameter_dtype(module):
@@ -61,7 +64,7 @@ class _ByClassName:
 
 
 def _can_record_registry(_):
-    registry = importlib.import_module("transformers.utils.output_capturing")._CAN_RECORD_REGISTRY
+    registry = _import("transformers.utils.output_capturing")._CAN_RECORD_REGISTRY
     # A plain dict keyed by class name in 5.2; later its `get` takes a model instead of the name optimum passes.
     return registry if type(registry).get is dict.get else _ByClassName(registry)
 
@@ -79,6 +82,7 @@ def _to_legacy_cache(cache):
 
 def _fill_attention_mask(forward):
     """ORTModelForCausalLM.forward that builds an all-ones mask when the session wants one and none is given."""
+    import functools
 
     @functools.wraps(forward)
     def wrapper(self, input_ids, attention_mask=None, past_key_values=None, *args, **kwargs):
@@ -138,17 +142,32 @@ SHIMS = [
 applied: list[Shim] = []  # entries that changed something, in order
 
 
-def _transformers_version() -> Version:
-    return Version(importlib.metadata.version("transformers"))
+_version_checked: dict[str, bool] = {}
+
+
+def _due(shim: Shim) -> bool:
+    """Whether the installed transformers is at least `shim.since` (read when a watched module is imported)."""
+    if shim.since not in _version_checked:
+        import importlib.metadata
+
+        from packaging.version import Version
+
+        installed = Version(importlib.metadata.version("transformers"))
+        _version_checked[shim.since] = installed >= Version(shim.since)
+    return _version_checked[shim.since]
 
 
 def _apply(shim: Shim, module) -> None:
+    if not _due(shim):
+        return
     module = sys.modules.get(shim.module, module)  # `transformers` replaces itself by a lazy module when imported
     *path, name = shim.attr.split(".")
     owner = module
     for part in path:
         owner = getattr(owner, part, None)
     if owner is None:  # the class itself is gone: leave the import alone
+        import warnings
+
         warnings.warn(f"legacy_bridge: cannot apply {shim.module}.{shim.attr}", stacklevel=2)
         return
     if shim.replace or not hasattr(owner, name):
@@ -172,12 +191,10 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    version = _transformers_version()
     for shim in SHIMS:
-        if version >= Version(shim.since):
-            if shim.trigger:
-                for before in (True, False):
-                    when_imported(shim.trigger, lambda _, shim=shim: _apply(shim, importlib.import_module(shim.module)),
-                                  before=before)
-            else:
-                when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))
+        if shim.trigger:
+            for before in (True, False):
+                when_imported(shim.trigger, lambda _, shim=shim: _apply(shim, _import(shim.module)),
+                              before=before)
+        else:
+            when_imported(shim.module, lambda module, shim=shim: _apply(shim, module))

@@ -1,12 +1,13 @@
 """optimum-dynamo: the torch.export-based ONNX exporter behind optimum's `--dynamo` flag.
 
-Importing it is cheap: it installs the legacy bridge and the optimum hooks, which take effect
-when optimum's modules are imported.
+Importing it is cheap (a few milliseconds, no torch, transformers or optimum): it installs the legacy bridge
+and the optimum hooks, which take effect when optimum's modules are imported. Installed packages do this at
+interpreter start-up (`optimum_dynamo_startup.pth`, see `activation`), so nobody needs to import it.
 """
 
 __version__ = "0.1.0.dev0"
 
-from .integration import install
+from .activation import install
 
 install()
 

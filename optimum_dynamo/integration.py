@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from legacy_bridge._hooks import when_imported
-
 from .errors import ExportError
 
 _HUB_OPTIONS = ("subfolder", "revision", "force_download", "local_files_only", "cache_dir", "token")
@@ -136,7 +134,8 @@ def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remo
     return cls._from_pretrained(Path(save_dir.name), config, use_cache=use_cache, model_save_dir=save_dir, **kwargs)
 
 
-def _patch_runtime(module) -> None:
+def patch_runtime(module) -> None:
+    """Give the runtime classes defined in `module` the `dynamo=True` option of `_export`."""
     for name in dir(module):
         cls = getattr(module, name)
         if isinstance(cls, type) and "_export" in cls.__dict__ and not cls.__dict__.get("_optimum_dynamo"):
@@ -145,12 +144,6 @@ def _patch_runtime(module) -> None:
                 cls._optimum_dynamo = True
 
 
-def install() -> None:
-    """Apply the legacy bridge, and make `dynamo=True` reach optimum-dynamo once optimum's runtime is imported."""
-    import legacy_bridge
-
-    legacy_bridge.install()
-    for module in ("optimum.onnxruntime.modeling", "optimum.onnxruntime.modeling_decoder",
-                   "optimum.onnxruntime.modeling_seq2seq"):
-        when_imported(module, _patch_runtime)
-    when_imported("optimum.commands.export.onnx", lambda m: install_cli(m.ONNXExportCommand))
+def install_cli_command(module) -> None:
+    """Add `--dynamo` to `optimum.commands.export.onnx.ONNXExportCommand`."""
+    install_cli(module.ONNXExportCommand)

@@ -6,10 +6,9 @@ Lets `install()` stay cheap: nothing heavy is imported until optimum or transfor
 from __future__ import annotations
 
 import sys
-from typing import Callable
 
-_pending: dict[str, list[Callable]] = {}
-_before: dict[str, list[Callable]] = {}
+_pending: dict[str, list] = {}
+_before: dict[str, list] = {}
 
 
 class _AfterImport:
@@ -48,7 +47,7 @@ class _AfterImport:
 _FINDER = _AfterImport()
 
 
-def when_imported(name: str, callback: Callable, *, before: bool = False) -> None:
+def when_imported(name: str, callback, *, before: bool = False) -> None:
     """Call `callback(module)` once `name` is imported: now if it already is, else right after its import
     (`before=True`: right before its code runs, so what it imports at the top is already in place)."""
     if name in sys.modules:

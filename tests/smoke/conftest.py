@@ -1,0 +1,46 @@
+"""The smoke set: what a user of the installed wheel runs, in processes that never import optimum_dynamo.
+
+Tiny checkpoints come from the source tree's `tiny.py`, loaded by path as a plain module (importing it
+through the package would import optimum_dynamo).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SOURCE = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("tiny_checkpoints", SOURCE / "optimum_dynamo" / "tiny.py")
+tiny = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny)
+
+
+def run(*argv, env=None) -> subprocess.CompletedProcess:
+    """A command of this environment (`optimum-cli`, `python`) in a fresh process."""
+    exe = argv[0] if argv[0] != "python" else sys.executable
+    exe = exe if os.path.isabs(exe) else str(Path(sys.executable).parent / exe)
+    return subprocess.run([exe, *map(str, argv[1:])], capture_output=True, text=True, timeout=900,
+                          env=None if env is None else {**os.environ, **env})
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    root, built = tmp_path_factory.mktemp("checkpoints"), {}
+
+    def get(model_type: str, task: str = "text-generation") -> Path:
+        if (model_type, task) not in built:
+            path = root / f"{model_type}-{task}"
+            if task == "text-generation":
+                tiny.save_tiny_decoder(model_type, path)
+            else:
+                tiny.save_tiny_model(model_type, task, path)
+            built[model_type, task] = path
+        return built[model_type, task]
+
+    return get

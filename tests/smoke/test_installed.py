@@ -1,0 +1,103 @@
+"""What a user of the wheel gets: every package in it, activation at start-up without `import optimum_dynamo`,
+the opt-out variable, and --dynamo exports that optimum's runtime classes run with PyTorch's greedy tokens."""
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SOURCE, run
+
+PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
+
+
+def _greedy(model, inputs, new_tokens=8):
+    return model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+
+
+def _padded(tokenizer):
+    tokenizer.padding_side = "left"
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    assert (batch["attention_mask"] == 0).any(), "the batch must have a left-padded row"
+    return {k: batch[k] for k in ("input_ids", "attention_mask")}
+
+
+def test_wheel_holds_every_package_of_the_source_tree_and_no_tests():
+    wheel = Path(os.environ["SMOKE_WHEEL"])
+    names = zipfile.ZipFile(wheel).namelist()
+    in_wheel = {str(Path(n).parent) for n in names if n.endswith(".py")}
+    in_tree = {str(p.parent.relative_to(SOURCE)) for top in ("optimum_dynamo", "legacy_bridge")
+               for p in (SOURCE / top).rglob("*.py") if "__pycache__" not in p.parts and "cli_register" not in p.parts}
+    assert in_tree - in_wheel == set()
+    assert "optimum/commands/register/register_dynamo.py" in names and "optimum_dynamo_startup.pth" in names
+    assert not [n for n in names if n.startswith("tests/") or "cli_register" in n]
+
+
+def test_start_up_hook_imports_nothing_heavy():
+    probe = "import sys; print([m for m in ('torch', 'transformers', 'optimum') if m in sys.modules], " \
+            "'optimum_dynamo' in sys.modules)"
+    assert run("python", "-c", probe).stdout.split() == ["[]", "True"]
+    assert run("python", "-c", probe, env={"OPTIMUM_DYNAMO_DISABLE": "1"}).stdout.split() == ["[]", "False"]
+
+
+def test_opt_out_leaves_optimum_as_if_the_package_were_not_installed():
+    help_text = run("optimum-cli", "export", "onnx", "--help", env={"OPTIMUM_DYNAMO_DISABLE": "1"})
+    assert help_text.returncode == 0 and "--dynamo" not in help_text.stdout
+    assert "--dynamo" in run("optimum-cli", "export", "onnx", "--help").stdout
+    # With the hook, optimum's runtime imports in both transformers versions; without it, optimum-onnx 0.1.0
+    # fails on transformers 5 exactly as it does without this package.
+    assert run("python", "-c", "import optimum.onnxruntime; print('ok')").stdout.strip() == "ok"
+    plain = run("python", "-c", "import optimum.onnxruntime; print('ok')", env={"OPTIMUM_DYNAMO_DISABLE": "1"})
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        assert "cannot import name 'get_parameter_dtype'" in plain.stderr
+    else:
+        assert plain.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["llama", "phi3", "gemma2"])
+def test_cli_export_runs_in_plain_ort_model(model_type, checkpoints, tmp_path):
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "onnx"
+    export = run("optimum-cli", "export", "onnx", "--dynamo", "--model", checkpoints(model_type),
+                 "--task", "text-generation-with-past", out)
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert json.loads((out / "optimum_dynamo.json").read_text())["exporter"] == "dynamo"
+    inputs = _padded(AutoTokenizer.from_pretrained(out))
+    ort_model = ORTModelForCausalLM.from_pretrained(out)
+    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints(model_type)).eval()
+    assert torch.equal(_greedy(ort_model, inputs), _greedy(torch_model, inputs))
+
+
+def test_from_pretrained_export_dynamo(checkpoints):
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ort_model = ORTModelForCausalLM.from_pretrained(checkpoints("llama"), export=True, dynamo=True)
+    manifest = json.loads((Path(ort_model.model_save_dir) / "optimum_dynamo.json").read_text())
+    assert manifest["exporter"] == "dynamo"
+    inputs = _padded(AutoTokenizer.from_pretrained(checkpoints("llama")))
+    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
+    assert torch.equal(_greedy(ort_model, inputs), _greedy(torch_model, inputs))
+
+
+def test_seq2seq_export_runs_in_ort_model_for_seq2seq(checkpoints, tmp_path):
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    ckpt, out = checkpoints("t5", "text2text-generation"), tmp_path / "onnx"
+    export = run("optimum-cli", "export", "onnx", "--dynamo", "--model", ckpt,
+                 "--task", "text2text-generation-with-past", out)
+    assert export.returncode == 0, export.stderr[-3000:]
+    ort_model = ORTModelForSeq2SeqLM.from_pretrained(out)
+    torch_model = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    assert torch.equal(_greedy(ort_model, inputs), _greedy(torch_model, inputs))
+
