@@ -23,6 +23,9 @@ def deprecation_notice() -> None:
 
 
 def has_onnx_config(model_type: str, task: str) -> bool:
+    """Asked of the complete registry: optimum-onnx fills TasksManager's ONNX table when its `model_configs`
+    module is imported, which a fresh `optimum-cli export onnx --dynamo` process has not done yet."""
+    import optimum.exporters.onnx.model_configs  # noqa: F401
     from optimum.exporters.tasks import TasksManager
 
     try:

@@ -65,11 +65,11 @@ def _fall_back(args, error: Exception) -> None:
 
     from .manifest import write_fallback_manifest
     from .staging import staged
-    from .tasks import resolve_task
+    from .tasks import optimum_task
 
     reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     config = AutoConfig.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    task = resolve_task(args.task, args.model, config).name
+    task = optimum_task(args.task, args.model, config)
     if args.no_fallback or not has_onnx_config(config.model_type, task):
         why = "--no-fallback" if args.no_fallback else f"no torchscript OnnxConfig for {config.model_type}/{task}"
         raise _error(f"dynamo export failed ({reason}); no fallback: {why}") from error

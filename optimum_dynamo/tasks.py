@@ -13,7 +13,7 @@ from .capture import (
     drive_text_forward,
     drive_text_generation,
 )
-from .errors import ExportError
+from .errors import ExportError, PipelineError
 
 
 @dataclass(frozen=True)
@@ -94,22 +94,29 @@ def infer_task(model_id: str, config) -> str:
         raise ExportError(f"cannot infer the task of {model_id}: pass --task")
 
 
-def resolve_task(task: str | None, model_id: str, config) -> Task:
+def optimum_task(task: str | None, model_id: str, config) -> str:
+    """The task as optimum's registry names it (synonyms mapped), with "-with-past" where generation keeps a
+    cache; inferred when None or "auto". Unknown tasks are the user's error."""
     if task in (None, "auto"):
         task = infer_task(model_id, config)
         if task == "text-generation" and "past_key_values" in _forward_params(config):
             task += "-with-past"
         elif task in ENCODER_DECODER_TASKS:
             task += "-with-past"
-    with_past = task.endswith("-with-past")
-    base = task.removesuffix("-with-past")
     manager = _tasks_manager()
-    base = manager.map_from_synonym(base)
+    base = manager.map_from_synonym(task.removesuffix("-with-past"))
     if base not in manager.get_all_tasks():
         raise ExportError(f"unknown task {task!r}; known tasks: {', '.join(sorted(manager.get_all_tasks()))}")
+    return base + ("-with-past" if task.endswith("-with-past") else "")
+
+
+def resolve_task(task: str | None, model_id: str, config) -> Task:
+    """`optimum_task`, for the tasks the dynamo path exports (others are a pipeline limit: the CLI falls back)."""
+    name = optimum_task(task, model_id, config)
+    base = name.removesuffix("-with-past")
     if base not in SUPPORTED:
-        raise ExportError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
-    return Task(task, base, with_past, SUPPORTED[base])
+        raise PipelineError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
+    return Task(name, base, name != base, SUPPORTED[base])
 
 
 def _forward_params(config) -> set[str]:

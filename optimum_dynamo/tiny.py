@@ -64,6 +64,7 @@ _SIZES = {
     "opt": dict(vocab_size=128, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
                 word_embed_proj_dim=32, max_position_embeddings=128),
     "gpt_bigcode": dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, n_inner=64),
+    "mpt": dict(vocab_size=128, d_model=32, n_heads=4, n_layers=2, max_seq_len=128, expansion_ratio=2),
     "starcoder2": _DECODER,
     "stablelm": dict(_NO_HEAD_DIM, partial_rotary_factor=0.5),
     "cohere": _DECODER,

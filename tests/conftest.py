@@ -8,8 +8,6 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import optimum_dynamo  # noqa: E402,F401  (bridge + hooks before optimum is imported)
-
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run slow sweeps too")

@@ -20,7 +20,7 @@ import torch
 
 from .. import flatten, patches
 from ..capture import CaptureError, InputObserver, infer_arguments
-from ..errors import ExportError
+from ..errors import ExportError, PipelineError
 from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..tasks import Task, resolve_task
@@ -118,7 +118,7 @@ class Exporter:
         try:
             ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants)
         except CaptureError as e:
-            raise ExportError(str(e)) from e
+            raise PipelineError(str(e)) from e
 
     # ── Stage: torch.export ──
     @stage("torch.export")

@@ -11,7 +11,7 @@ import re
 import onnx_ir as ir
 import torch
 
-from ..errors import ExportError
+from ..errors import ExportError, PipelineError
 from ..flatten import flat_outputs
 from ..manifest import runtime_of, write_manifest
 from ..validate import as_dicts, compare, table
@@ -28,7 +28,7 @@ def rename_io(model: ir.Model, input_names, axis_names, output_names) -> None:
     """Set optimum's input/output names and name every dynamic axis."""
     graph = model.graph
     if len(graph.inputs) != len(input_names) or len(graph.outputs) != len(output_names):
-        raise ExportError(
+        raise PipelineError(
             f"graph has {len(graph.inputs)} inputs / {len(graph.outputs)} outputs, "
             f"expected {len(input_names)} / {len(output_names)}"
         )

@@ -26,7 +26,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from .. import patches
 from ..capture import Call, CaptureError, infer_arguments, observe
-from ..errors import ExportError
+from ..errors import ExportError, PipelineError
 from ..flatten import flat_inputs, flat_outputs
 from ..manifest import MANIFEST_FILE, versions
 from ..validate import as_dicts, compare, table
@@ -150,7 +150,7 @@ class Seq2SeqOnnxExporter(OnnxExporter):
             try:
                 args = infer_arguments(part.calls, part.inputs)
             except CaptureError as e:
-                raise ExportError(f"{part.name}: {e}") from e
+                raise PipelineError(f"{part.name}: {e}") from e
             args.axis_names = {n: {a: part.labels.get(label, label) for a, label in axes.items()}
                                for n, axes in args.axis_names.items()}
             part.arguments = args
@@ -177,7 +177,7 @@ class Seq2SeqOnnxExporter(OnnxExporter):
             names = list(flat_outputs(sample.outputs))
             graph = part.onnx_program.model.graph
             if len(graph.outputs) != len(names):
-                raise ExportError(f"{part.name}: graph has {len(graph.outputs)} outputs, expected {len(names)}")
+                raise PipelineError(f"{part.name}: graph has {len(graph.outputs)} outputs, expected {len(names)}")
             # drop before naming: a dropped output may be an input passed through (the cross cache)
             kept = [(value, name) for value, name in zip(graph.outputs, names) if _kept(name, part.keep)]
             graph.outputs.clear()
