@@ -48,8 +48,9 @@ def test_opt_out_leaves_optimum_as_if_the_package_were_not_installed():
     assert "--dynamo" in run("optimum-cli", "export", "onnx", "--help").stdout
     # With the hook, optimum's runtime imports in both transformers versions; without it, optimum-onnx 0.1.0
     # fails on transformers 5 exactly as it does without this package.
-    assert run("python", "-c", "import optimum.onnxruntime; print('ok')").stdout.strip() == "ok"
-    plain = run("python", "-c", "import optimum.onnxruntime; print('ok')", env={"OPTIMUM_DYNAMO_DISABLE": "1"})
+    load = "from optimum.onnxruntime import ORTModelForCausalLM; print('ok')"
+    assert run("python", "-c", load).stdout.strip() == "ok"
+    plain = run("python", "-c", load, env={"OPTIMUM_DYNAMO_DISABLE": "1"})
     import transformers
 
     if int(transformers.__version__.split(".")[0]) >= 5:
