@@ -176,7 +176,8 @@ def resolve(values: dict[str, Any], defaults: dict[str, Any]) -> tuple[dict[str,
             continue
         reason = row.check(value) if row.check else None
         if reason:
-            raise FlagError(f"{row.spelling if isinstance(value, bool) else f'{row.spelling} {value}'}: {reason}")
+            shown = f"{row.spelling} {value}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else row.spelling
+            raise FlagError(f"{shown}: {reason}")
         if row.option is None:
             continue
         value = row.convert(value) if row.convert else value

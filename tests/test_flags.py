@@ -78,7 +78,8 @@ def test_refused_option_one_line_nonzero_exit_no_output(extra, line, checkpoints
 
 def test_monolith_refused_for_encoder_decoder(bare_checkpoints, tmp_path):
     out = tmp_path / "out"
-    run = optimum_cli("export", "onnx", "--dynamo", "--monolith", "--model", bare_checkpoints("t5"), out)
+    run = optimum_cli("export", "onnx", "--dynamo", "--monolith", "--model", bare_checkpoints("t5"), "--task",
+                      "text2text-generation-with-past", out)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1].startswith(
         "optimum-cli export onnx --dynamo: error: --monolith: encoder-decoder models are exported as encoder + decoder")

@@ -57,10 +57,24 @@ def rename_io(model: ir.Model, input_names, axis_names, output_names) -> None:
             return ir.SymbolicDim(_SYMBOL.sub(lambda m: symbols[m.group(0)], dim.value))
         return dim
 
-    for value, name in zip(graph.outputs, output_names):
+    seen: set[int] = set()
+    for index, name in enumerate(output_names):
+        value = graph.outputs[index]
+        if id(value) in seen or value.is_graph_input():  # one tensor, two outputs (last_hidden_state is
+            value = _copy(graph, value)                  # hidden_states[-1]): each name gets its own value
+            graph.outputs[index] = value
+        seen.add(id(value))
         value.name = name
         if value.shape is not None:
             value.shape = ir.Shape([rename(d) for d in value.shape])
+
+
+def _copy(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    node = ir.Node("", "Identity", inputs=[value], num_outputs=1)
+    graph.append(node)
+    copy = node.outputs[0]
+    copy.shape, copy.type = value.shape, value.type
+    return copy
 
 
 class OnnxExporter(Exporter):
