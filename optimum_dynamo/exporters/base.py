@@ -222,10 +222,17 @@ def model_kwargs(model, kwargs: dict | None) -> dict:
     if not kwargs:
         return {}
     forward = inspect.signature(model.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward.values()):  # transformers 5: **kwargs
+        forward = {**forward, **_config_flags(model)}
     unknown = sorted(k for k in kwargs if k not in forward)
     if unknown:
         raise ExportError(f"--model-kwargs: {', '.join(unknown)} not an argument of {type(model).__name__}.forward")
     return dict(kwargs)
+
+
+def _config_flags(model) -> dict:
+    """Keyword arguments a transformers 5 forward takes through `**kwargs`: the config's output switches."""
+    return {k: None for k in ("output_hidden_states", "output_attentions", "return_dict") if hasattr(model.config, k)}
 
 
 @contextlib.contextmanager
