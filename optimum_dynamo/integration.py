@@ -35,28 +35,49 @@ def _error(message: str) -> SystemExit:
     return SystemExit(f"optimum-cli export onnx --dynamo: error: {message}")
 
 
-def run_cli(args) -> None:
-    """`optimum-cli export onnx --dynamo ...`: one error line and exit status 1 on bad input; when the
-    dynamo export itself fails, the torchscript exporter takes over (unless --no-fallback)."""
-    from .exporters import export_onnx
-
+def _logger() -> logging.Logger:
     logger = logging.getLogger("optimum_dynamo")
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler())
         logger.setLevel(logging.INFO)
         logger.propagate = False
-    if args.no_dynamic_axes:
-        raise _error("--no-dynamic-axes is not supported with --dynamo")
-    options = dict(opset=args.opset, atol=args.atol, trust_remote_code=args.trust_remote_code,
-                   hub_options={"cache_dir": args.cache_dir} if args.cache_dir else {})
+    return logger
+
+
+def run_cli(args) -> None:
+    """`optimum-cli export onnx --dynamo ...`: every option of optimum's parser goes through the flag
+    table (`flags.py`); one error line and exit status 1 on bad input; when the dynamo export itself
+    fails, the torchscript exporter takes over with the same options (unless --no-fallback)."""
+    from . import flags
+    from .exporters import export_onnx
+
+    logger = _logger()
+    defaults = {**flags.cli_defaults(), "dynamo": False, "no_fallback": False}
+    values = {dest: getattr(args, dest) for dest in defaults if hasattr(args, dest)}
     try:
-        ctx = export_onnx(args.model, args.output, task=args.task, **options)
+        options, notices = flags.resolve(values, defaults)
+    except flags.FlagError as e:
+        raise _error(str(e)) from None
+    for notice in notices:
+        print(f"optimum-cli export onnx --dynamo: notice: {notice}", file=sys.stderr)
+    task = options.pop("task", None)
+    try:
+        ctx = export_onnx(args.model, args.output, task=task, **options)
     except ExportError as e:
         raise _error(str(e)) from None
     except Exception as e:  # the dynamo export failed on a valid model: try the legacy exporter
         _fall_back(args, e)
     else:
         logger.info("Exported to %s (%s)", Path(args.output).resolve(), ctx.task.name)
+
+
+def _legacy_options(args) -> dict:
+    """The options optimum's own `export onnx` command passes to `main_export`."""
+    return dict(opset=args.opset, atol=args.atol, trust_remote_code=args.trust_remote_code, device=args.device,
+                dtype=args.dtype, pad_token_id=args.pad_token_id, model_kwargs=args.model_kwargs,
+                do_constant_folding=not args.no_constant_folding, library_name=args.library_name,
+                monolith=args.monolith, no_post_process=args.no_post_process, _variant=args.variant,
+                slim=args.slim, cache_dir=args.cache_dir, do_validation=False)
 
 
 def _fall_back(args, error: Exception) -> None:
@@ -75,10 +96,50 @@ def _fall_back(args, error: Exception) -> None:
         raise _error(f"dynamo export failed ({reason}); no fallback: {why}") from error
     print(f"optimum-cli export onnx --dynamo: warning: dynamo export failed ({reason}); "
           "falling back to the torchscript exporter (--no-fallback to fail instead)", file=sys.stderr)
-    with staged(Path(args.output)) as staging:  # a failed fallback leaves nothing behind either
-        export_torchscript(args.model, staging, task, opset=args.opset, atol=args.atol,
-                           trust_remote_code=args.trust_remote_code, do_validation=False)
-        write_fallback_manifest(staging, model=args.model, task=task, reason=reason)
+    try:
+        with staged(Path(args.output)) as staging:  # a failed fallback leaves nothing behind either
+            export_torchscript(args.model, staging, task, **_legacy_options(args))
+            write_fallback_manifest(staging, model=args.model, task=task, reason=reason)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise _error(f"dynamo export failed ({reason}); the torchscript fallback failed too "
+                     f"({type(e).__name__}: {first})") from e
+
+
+def export_from_python(function, model, values: dict) -> None:
+    """`main_export(..., dynamo=True)` / `onnx_export_from_model(model, ..., dynamo=True)`: the keyword
+    arguments go through the same flag table; `model` is a hub id, a directory, or an in-memory model."""
+    from . import flags
+    from .exporters import export_onnx
+
+    logger = _logger()
+    shapes = values.pop("kwargs_shapes", None) or {}
+    values, defaults = flags.python_values(function, {**values, **shapes})
+    values.pop("model", None)
+    output = values.pop("output")
+    options, notices = flags.resolve(values, defaults)
+    for notice in notices:
+        logger.warning("%s: %s", function.__name__, notice)
+    export_onnx(model, output, task=options.pop("task", None), **options)
+
+
+def _wrap_python_export(module, name: str, model_parameter: str) -> None:
+    """`module.name(..., dynamo=True)` exports with optimum-dynamo; without it, optimum's function runs unchanged."""
+    original = getattr(module, name)
+    if getattr(original, "_optimum_dynamo", False):
+        return
+
+    @functools.wraps(original)
+    def wrapper(*args, dynamo: bool = False, **kwargs):
+        if not dynamo:
+            return original(*args, **kwargs)
+        import inspect
+
+        values = dict(inspect.signature(original).bind(*args, **kwargs).arguments)
+        return export_from_python(original, values.pop(model_parameter), values)
+
+    wrapper._optimum_dynamo = True
+    setattr(module, name, wrapper)
 
 
 def install_cli(command_class) -> None:
@@ -147,3 +208,12 @@ def patch_runtime(module) -> None:
 def install_cli_command(module) -> None:
     """Add `--dynamo` to `optimum.commands.export.onnx.ONNXExportCommand`."""
     install_cli(module.ONNXExportCommand)
+
+
+def patch_export_functions(module) -> None:
+    """`dynamo=True` on optimum's `onnx_export_from_model` (in `convert`) and `main_export` (in `__main__`;
+    `from optimum.exporters.onnx import main_export` reads that module's global)."""
+    if module.__name__.endswith(".convert"):
+        _wrap_python_export(module, "onnx_export_from_model", "model")
+    else:
+        _wrap_python_export(module, "main_export", "model_name_or_path")

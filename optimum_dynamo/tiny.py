@@ -207,17 +207,27 @@ def save_tiny_decoder(model_type: str, path: str | Path, *, seed: int = 0, token
     return path
 
 
-def save_tiny_model(model_type: str, task: str, path: str | Path, *, seed: int = 0, **overrides) -> Path:
-    """Write a tiny model of `model_type` for an optimum `task` (and a tokenizer for text models)."""
+_NEEDS_PAD = {"roberta"}  # real checkpoints always set it: position ids are counted from the padding index
+
+
+def save_tiny_model(model_type: str, task: str, path: str | Path, *, seed: int = 0, bare: bool = False,
+                    **overrides) -> Path:
+    """Write a tiny model of `model_type` for an optimum `task` (and a tokenizer for text models).
+    `bare=True`: as many users have them, `model.save_pretrained` only (no tokenizer or processor files)
+    and `pad_token_id` unset (except where the model needs it: roberta's position ids)."""
     from optimum.exporters.tasks import TasksManager
 
     path = Path(path)
     torch.manual_seed(seed)
     config = tiny_config(model_type, **overrides)
+    if bare and model_type not in _NEEDS_PAD:
+        config.pad_token_id = None
     model_class = TasksManager.get_model_class_for_task(task, library="transformers")
     model = model_class.from_config(config).eval()
+    if bare and model_type not in _NEEDS_PAD and getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = None
     model.save_pretrained(path)
-    if getattr(config, "vocab_size", None):
+    if getattr(config, "vocab_size", None) and not bare:
         tiny_tokenizer(config.vocab_size).save_pretrained(path)
     return path
 

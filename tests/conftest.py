@@ -58,3 +58,50 @@ def dynamo_exports(checkpoints, tmp_path_factory):
         return made[model_type]
 
     return get
+
+
+# Checkpoints as many users have them: `model.save_pretrained` only (no tokenizer or processor files),
+# `pad_token_id` unset. model type -> (task exported, optimum runtime class).
+BARE = {
+    "bert": ("fill-mask", "ORTModelForMaskedLM"),
+    "roberta": ("token-classification", "ORTModelForTokenClassification"),
+    "distilbert": ("question-answering", "ORTModelForQuestionAnswering"),
+    "vit": ("image-classification", "ORTModelForImageClassification"),
+    "whisper": ("automatic-speech-recognition-with-past", "ORTModelForSpeechSeq2Seq"),
+    "t5": ("text2text-generation-with-past", "ORTModelForSeq2SeqLM"),
+    "llama": ("text-generation-with-past", "ORTModelForCausalLM"),
+    "codegen": ("text-generation-with-past", "ORTModelForCausalLM"),
+}
+
+
+@pytest.fixture(scope="session")
+def bare_checkpoints(tmp_path_factory):
+    """bare_checkpoints("bert") -> a checkpoint dir without preprocessor files and pad_token_id."""
+    from optimum_dynamo.tiny import save_tiny_model
+
+    root, built = tmp_path_factory.mktemp("bare"), {}
+
+    def get(model_type: str) -> Path:
+        if model_type not in built:
+            task = BARE[model_type][0].removesuffix("-with-past")
+            built[model_type] = save_tiny_model(model_type, task, root / model_type, bare=True)
+        return built[model_type]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def bare_exports(bare_checkpoints, tmp_path_factory):
+    """`optimum-cli export onnx --dynamo` of a bare checkpoint, made once per session."""
+    root, made = tmp_path_factory.mktemp("bare-onnx"), {}
+
+    def get(model_type: str) -> Path:
+        if model_type not in made:
+            out = root / model_type
+            run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", bare_checkpoints(model_type),
+                              "--task", BARE[model_type][0], out)
+            assert run.returncode == 0, run.stderr[-3000:]
+            made[model_type] = out
+        return made[model_type]
+
+    return get

@@ -50,10 +50,16 @@ def text_samples(tokenizer, vocab_size: int, pad_token_id: int) -> list[Sample]:
     return [_random_sample(2, 5, vocab_size, pad_token_id, 0), _random_sample(3, 8, vocab_size, pad_token_id, 1)]
 
 
+def optional(config, name: str, default=None):
+    """An optional config field: transformers 5 configs no longer define every field on every class
+    (codegen has no `pad_token_id` attribute when it is unset)."""
+    value = getattr(config, name, None)
+    return default if value is None else value
+
+
 def _pad_and_vocab(model) -> tuple[int, int]:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    pad = model.generation_config.pad_token_id
-    pad = pad if pad is not None else (config.pad_token_id if config.pad_token_id is not None else 0)
+    pad = optional(model.generation_config, "pad_token_id", optional(config, "pad_token_id", 0))
     return (pad[0] if isinstance(pad, list) else pad), config.vocab_size
 
 
@@ -197,7 +203,7 @@ def _text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, to
             return [{k: v for k, v in b.items() if k in params} for b in batches]
     batches = []
     for seed, (batch, length) in enumerate([(2, 6), (3, 11)]):
-        sample = _random_sample(batch, length, vocab, model.config.pad_token_id or 0, seed)
+        sample = _random_sample(batch, length, vocab, optional(model.config, "pad_token_id", 0), seed)
         inputs = {"input_ids": sample.input_ids, "attention_mask": sample.attention_mask}
         if "token_type_ids" in params:
             inputs["token_type_ids"] = torch.zeros_like(sample.input_ids)
@@ -254,8 +260,19 @@ def drive_image_forward(model, processor=None) -> None:
 
 
 def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
-    """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor."""
+    """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor; without one,
+    log-mel-like features shaped as the model takes them (its mel bins, 2 x max_source_positions frames)."""
     import numpy as np
+
+    if processor is None:
+        from ..errors import ExportError
+
+        bins, positions = optional(model.config, "num_mel_bins"), optional(model.config, "max_source_positions")
+        if bins is None or positions is None:
+            raise ExportError(f"{model.config.model_type}: the checkpoint has no feature extractor and the config gives "
+                              "no num_mel_bins/max_source_positions to synthesize speech features from")
+        g = torch.Generator().manual_seed(0)
+        return [{"input_features": torch.randn(batch, bins, 2 * positions, generator=g).clamp(-1, 1)} for batch in (2, 3)]
 
     rate = getattr(processor, "sampling_rate", 16000)
     rng = np.random.default_rng(0)
@@ -271,6 +288,12 @@ def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
 
 def _image_batches(model, processor) -> list[dict[str, torch.Tensor]]:
     import numpy as np
+
+    if processor is None:  # pixel values at the encoder's image size
+        config = getattr(model.config, "encoder", model.config)
+        channels, size = optional(config, "num_channels", 3), _image_size(config)
+        g = torch.Generator().manual_seed(0)
+        return [{"pixel_values": torch.randn(batch, channels, size, size, generator=g)} for batch in (2, 3)]
 
     rng = np.random.default_rng(0)
     batches = []
@@ -288,7 +311,7 @@ def encoder_batches(model, tokenizer=None, processor=None) -> list[dict[str, tor
     if main == "pixel_values":
         return _image_batches(model, processor)
     config = model.config
-    pad = config.pad_token_id if config.pad_token_id is not None else 0
+    pad = optional(config, "pad_token_id", 0)
     return [{"input_ids": s.input_ids, "attention_mask": s.attention_mask}
             for s in text_samples(tokenizer, config.vocab_size, pad)]
 
@@ -299,7 +322,7 @@ def drive_seq2seq_generation(model, tokenizer=None, processor=None) -> None:
     generation = model.generation_config
     options = dict(do_sample=False, max_new_tokens=_NEW_TOKENS, min_new_tokens=_NEW_TOKENS)
     if generation.pad_token_id is None:
-        options["pad_token_id"] = model.config.pad_token_id or 0
+        options["pad_token_id"] = optional(model.config, "pad_token_id", 0)
     for batch in batches:
         model.generate(**batch, **options)
     batch = batches[-1]

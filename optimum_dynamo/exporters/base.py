@@ -9,6 +9,7 @@ staging directory (`staging.staged`) and moved in place only when every stage ha
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -21,6 +22,7 @@ import torch
 from .. import flatten, patches
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError, PipelineError
+from ..flags import DTYPES
 from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..tasks import Task, resolve_task
@@ -85,6 +87,11 @@ class Exporter:
     # ── Stage: load ──
     @stage("load model")
     def load(self, ctx: ExportContext) -> None:
+        if ctx.model is not None:  # an in-memory model (onnx_export_from_model): captured as it is
+            ctx.config = ctx.model.config
+            ctx.task = resolve_task(ctx.task_name, ctx.model, ctx.config)
+            ctx.model.eval()
+            return
         from transformers import AutoConfig
 
         path = Path(ctx.model_id)
@@ -95,15 +102,20 @@ class Exporter:
             ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
         except (OSError, ValueError) as e:
             raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0]}") from e
+        if ctx.options.get("pad_token_id") is not None:  # --pad_token_id: used by capture, saved in config.json
+            ctx.config.pad_token_id = ctx.options["pad_token_id"]
         ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
         ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
-        ctx.tokenizer = _preprocessor(ctx.model_id, kwargs)
+        dtype = ctx.options.get("dtype")
+        if dtype not in (None, "fp32"):  # --dtype: captured, exported and validated in that dtype
+            ctx.model.to(getattr(torch, DTYPES[dtype]))
+        ctx.tokenizer = preprocessor(ctx.model_id, kwargs)
 
     # ── Stage: capture ──
     @stage("capture generation")
     def capture(self, ctx: ExportContext) -> None:
-        with InputObserver(ctx.model, "model") as obs:
+        with forward_adapter(ctx.model, ctx.options.get("model_kwargs")), InputObserver(ctx.model, "model") as obs:
             ctx.task.spec.driver(ctx.model, ctx.tokenizer)
         ctx.observer = obs
         logger.info("    %s", obs.summary())
@@ -115,8 +127,9 @@ class Exporter:
         inputs = ctx.task.model_inputs(ctx.model)
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
-        try:
-            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants)
+        constants.update(model_kwargs(ctx.model, ctx.options.get("model_kwargs")))
+        try:  # text axes (batch, sequence) are dynamic by meaning, even if every call had one size
+            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants, dynamic_sequence=True)
         except CaptureError as e:
             raise PipelineError(str(e)) from e
 
@@ -154,17 +167,93 @@ def _load_model(auto_class, model_id: str, config, kwargs: dict):
     return auto_class.from_pretrained(model_id, config=config, **kwargs).eval()
 
 
-def _preprocessor(model_id: str, kwargs: dict, autos: tuple[str, ...] = ("AutoTokenizer", "AutoImageProcessor")):
-    """The checkpoint's first preprocessor among `autos` (transformers auto class names), else None
-    (samples are then synthesized)."""
+# Files that hold a preprocessor, per auto class: one must be in the checkpoint for the class to be used
+# (transformers 5 builds an empty tokenizer from a directory without any: every text becomes [bos, eos]).
+PREPROCESSOR_FILES = {
+    "AutoTokenizer": ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model",
+                      "sentencepiece.bpe.model", "source.spm", "merges.txt"),
+    "AutoImageProcessor": ("preprocessor_config.json",),
+    "AutoFeatureExtractor": ("preprocessor_config.json",),
+}
+OTHER_PREPROCESSOR_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "target.spm",
+                            "processor_config.json", "chat_template.jinja", "chat_template.json")
+
+
+def source_files(model_id: str, kwargs: dict) -> set[str] | None:
+    """File names of a checkpoint directory or hub repo (None when the hub cannot be asked)."""
+    path = Path(model_id) / (kwargs.get("subfolder") or "")
+    if path.is_dir():
+        return {p.name for p in path.iterdir()}
+    try:
+        from huggingface_hub import list_repo_files
+
+        files = list_repo_files(model_id, revision=kwargs.get("revision"), token=kwargs.get("token"))
+    except Exception:
+        return None
+    prefix = f"{kwargs['subfolder']}/" if kwargs.get("subfolder") else ""
+    return {f[len(prefix):] for f in files if f.startswith(prefix)}
+
+
+def preprocessor_files(model_id: str, kwargs: dict) -> list[str]:
+    """The checkpoint's own preprocessor files (copied as they are into the export)."""
+    files = source_files(model_id, kwargs) or set()
+    known = {name for names in PREPROCESSOR_FILES.values() for name in names} | set(OTHER_PREPROCESSOR_FILES)
+    return sorted(files & known)
+
+
+def preprocessor(model_id: str, kwargs: dict, autos: tuple[str, ...] = ("AutoTokenizer", "AutoImageProcessor")):
+    """The checkpoint's first preprocessor among `autos` (transformers auto class names) whose files it
+    really has, else None (samples are then synthesized)."""
     import transformers
 
-    for auto in (getattr(transformers, name) for name in autos):
+    files = source_files(model_id, kwargs) or set()
+    for name in autos:
+        if not files & set(PREPROCESSOR_FILES[name]):
+            continue
         try:
-            return auto.from_pretrained(model_id, **kwargs)
+            return getattr(transformers, name).from_pretrained(model_id, **kwargs)
         except Exception:
             continue
     return None
+
+
+def model_kwargs(model, kwargs: dict | None) -> dict:
+    """`--model-kwargs`: keyword arguments of the model's forward (refused when the forward has no such argument)."""
+    if not kwargs:
+        return {}
+    forward = inspect.signature(model.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward.values()):  # transformers 5: **kwargs
+        forward = {**forward, **_config_flags(model)}
+    unknown = sorted(k for k in kwargs if k not in forward)
+    if unknown:
+        raise ExportError(f"--model-kwargs: {', '.join(unknown)} not an argument of {type(model).__name__}.forward")
+    return dict(kwargs)
+
+
+def _config_flags(model) -> dict:
+    """Keyword arguments a transformers 5 forward takes through `**kwargs`: the config's output switches."""
+    return {k: None for k in ("output_hidden_states", "output_attentions", "return_dict") if hasattr(model.config, k)}
+
+
+@contextlib.contextmanager
+def forward_adapter(module, kwargs: dict | None, *others):
+    """While capturing: every call of `module` (and `others`, e.g. an encoder generate calls directly) gets
+    `kwargs` (`--model-kwargs`), and floating inputs in the module's dtype (`--dtype`: samples are float32)."""
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+    fixed = model_kwargs(module, kwargs)
+
+    def adapt(mod, args, call_kwargs):
+        cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+        if mod is module:
+            call_kwargs = {**call_kwargs, **fixed}
+        return tuple(cast(a) for a in args), {k: cast(v) for k, v in call_kwargs.items()}
+
+    handles = [m.register_forward_pre_hook(adapt, with_kwargs=True, prepend=True) for m in (module, *others)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _tasks_auto_class(base_task: str):

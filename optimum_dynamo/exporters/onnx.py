@@ -7,6 +7,7 @@ copy configs -> validate -> manifest.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import onnx_ir as ir
 import torch
@@ -21,6 +22,12 @@ from .onnx_optimize import optimize
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
 WARN_ABOVE = 1e-3  # without --atol, a larger difference is reported as a warning
+# Per --dtype (ONNX Runtime CPU against PyTorch in that dtype): fp16 rounds each op's result to 11 bits.
+WARN_ABOVE_DTYPE = {"fp32": WARN_ABOVE, "fp16": 2e-2}
+
+
+def warn_above(options: dict) -> float:
+    return WARN_ABOVE_DTYPE[options.get("dtype") or "fp32"]
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
 
@@ -50,10 +57,24 @@ def rename_io(model: ir.Model, input_names, axis_names, output_names) -> None:
             return ir.SymbolicDim(_SYMBOL.sub(lambda m: symbols[m.group(0)], dim.value))
         return dim
 
-    for value, name in zip(graph.outputs, output_names):
+    seen: set[int] = set()
+    for index, name in enumerate(output_names):
+        value = graph.outputs[index]
+        if id(value) in seen or value.is_graph_input():  # one tensor, two outputs (last_hidden_state is
+            value = _copy(graph, value)                  # hidden_states[-1]): each name gets its own value
+            graph.outputs[index] = value
+        seen.add(id(value))
         value.name = name
         if value.shape is not None:
             value.shape = ir.Shape([rename(d) for d in value.shape])
+
+
+def _copy(graph: ir.Graph, value: ir.Value) -> ir.Value:
+    node = ir.Node("", "Identity", inputs=[value], num_outputs=1)
+    graph.append(node)
+    copy = node.outputs[0]
+    copy.shape, copy.type = value.shape, value.type
+    return copy
 
 
 class OnnxExporter(Exporter):
@@ -78,19 +99,20 @@ class OnnxExporter(Exporter):
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
         ir.save(ctx.onnx_program.model, ctx.staging / ONNX_FILE, external_data=ONNX_DATA)
+        if ctx.options.get("slim"):
+            slim(ctx.staging / ONNX_FILE, ONNX_DATA)
 
     @stage("copy configs and tokenizer")
     def copy_files(self, ctx: ExportContext) -> None:
-        ctx.model.config.save_pretrained(ctx.staging)
-        if getattr(ctx.model, "generation_config", None) is not None and ctx.model.can_generate():
-            ctx.model.generation_config.save_pretrained(ctx.staging)
-        if ctx.tokenizer is not None:
-            ctx.tokenizer.save_pretrained(ctx.staging)
+        copy_files(ctx)
 
     @stage("validate with onnxruntime")
     def validate(self, ctx: ExportContext) -> None:
         import onnxruntime as ort
 
+        if ctx.options.get("validate") is False:  # do_validation=False
+            logger.info("    skipped (do_validation=False)")
+            return
         session = ort.InferenceSession(str(ctx.staging / ONNX_FILE), providers=["CPUExecutionProvider"])
         ctx.discrepancies = compare(
             session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.model, ctx.options.get("fill")
@@ -98,10 +120,10 @@ class OnnxExporter(Exporter):
         logger.info("    onnxruntime vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
         atol = ctx.options.get("atol")
         worst = max(ctx.discrepancies, key=lambda r: r.max_abs, default=None)
-        if atol is None and worst is not None and worst.max_abs > WARN_ABOVE:
+        if atol is None and worst is not None and worst.max_abs > warn_above(ctx.options):
             logger.warning(
                 "    warning: output %r differs from PyTorch by %.3e (> %g); pass --atol to make this an error",
-                worst.output, worst.max_abs, WARN_ABOVE,
+                worst.output, worst.max_abs, warn_above(ctx.options),
             )
         if atol is not None and worst is not None and worst.max_abs > atol:
             raise ExportError(
@@ -118,23 +140,66 @@ class OnnxExporter(Exporter):
             inputs=ctx.arguments.input_names,
             outputs=ctx.output_names,
             runtime=runtime_of(ctx.task, ctx.output_names),
+            dtype=ctx.options.get("dtype") or "fp32",
             discrepancies=as_dicts(ctx.discrepancies),
         )
 
 
-def export_onnx(model_id: str, output, task: str | None = None, **options) -> ExportContext:
-    """Export `model_id` (hub id or local dir) to `output` with the dynamo path."""
-    from pathlib import Path
+def slim(path: Path, data: str) -> None:
+    """--slim: onnxslim over the saved graph (only offered when onnxslim is installed; see flags.py)."""
+    import onnx
+    import onnxslim
 
-    if _is_encoder_decoder(model_id, task, options):
-        from .seq2seq import export_seq2seq
+    model = onnxslim.slim(onnx.load(str(path)))
+    (path.parent / data).unlink()
+    onnx.save(model, str(path), save_as_external_data=True, location=data)
 
-        return export_seq2seq(model_id, output, task, **options)
-    ctx = ExportContext(model_id=str(model_id), output=Path(output), task_name=task, options=options)
+
+def copy_files(ctx: ExportContext) -> None:
+    """config.json, generation_config.json, and the checkpoint's own preprocessor files as they are (never
+    a file the checkpoint does not have, nor one changed by capture, e.g. its padding side)."""
+    import shutil
+
+    from .base import preprocessor_files
+
+    ctx.model.config.save_pretrained(ctx.staging)
+    if getattr(ctx.model, "generation_config", None) is not None and ctx.model.can_generate():
+        ctx.model.generation_config.save_pretrained(ctx.staging)
+    if ctx.tokenizer is None and getattr(ctx, "processor", None) is None:
+        return
+    kwargs = ctx.options.get("hub_options", {})
+    local = Path(ctx.model_id) / (kwargs.get("subfolder") or "")
+    for name in preprocessor_files(ctx.model_id, kwargs):
+        if local.is_dir():
+            shutil.copyfile(local / name, ctx.staging / name)
+        else:
+            from huggingface_hub import hf_hub_download
+
+            shutil.copyfile(hf_hub_download(ctx.model_id, name, **{k: v for k, v in kwargs.items() if k in (
+                "subfolder", "revision", "cache_dir", "token", "force_download", "local_files_only")}), ctx.staging / name)
+
+
+def export_onnx(model, output, task: str | None = None, **options) -> ExportContext:
+    """Export `model` (hub id, local dir, or an in-memory `PreTrainedModel`, captured as it is) to `output`
+    with the dynamo path."""
+    loaded = None if isinstance(model, (str, Path)) else model
+    model_id = str(model) if loaded is None else (getattr(loaded, "name_or_path", "") or type(loaded).__name__)
+    encoder_decoder = _is_encoder_decoder(model_id, task, options, loaded)
+    if encoder_decoder and options.get("monolith"):
+        from ..flags import FlagError
+
+        raise FlagError("--monolith: encoder-decoder models are exported as encoder + decoder graphs with --dynamo "
+                        "(optimum's runtime loads them so); drop --monolith or export without --dynamo")
+    if encoder_decoder:
+        from .seq2seq import Seq2SeqContext, Seq2SeqOnnxExporter
+
+        ctx = Seq2SeqContext(model_id=model_id, output=Path(output), task_name=task, options=options, model=loaded)
+        return Seq2SeqOnnxExporter().run(ctx)
+    ctx = ExportContext(model_id=model_id, output=Path(output), task_name=task, options=options, model=loaded)
     return OnnxExporter().run(ctx)
 
 
-def _is_encoder_decoder(model_id, task: str | None, options: dict) -> bool:
+def _is_encoder_decoder(model_id, task: str | None, options: dict, loaded=None) -> bool:
     """Whether the task is exported as encoder + decoder graphs (errors are left to the load stage)."""
     from transformers import AutoConfig
 
@@ -142,10 +207,12 @@ def _is_encoder_decoder(model_id, task: str | None, options: dict) -> bool:
 
     try:
         kwargs = {"trust_remote_code": options.get("trust_remote_code", False), **options.get("hub_options", {})}
+        if loaded is not None:
+            return resolve_task(task, loaded, loaded.config).spec.encoder_decoder
         config = None if task not in (None, "auto") else AutoConfig.from_pretrained(str(model_id), **kwargs)
         return resolve_task(task, str(model_id), config).spec.encoder_decoder
     except Exception:
         return False
 
 
-__all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "export_onnx", "rename_io"]
+__all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "copy_files", "export_onnx", "rename_io", "warn_above"]

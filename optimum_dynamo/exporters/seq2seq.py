@@ -30,8 +30,8 @@ from ..errors import ExportError, PipelineError
 from ..flatten import flat_inputs, flat_outputs
 from ..manifest import MANIFEST_FILE, versions
 from ..validate import as_dicts, compare, table
-from .base import ExportContext, _preprocessor, logger, stage
-from .onnx import WARN_ABOVE, OnnxExporter, rename_io
+from .base import ExportContext, preprocessor, forward_adapter, logger, stage
+from .onnx import OnnxExporter, rename_io, slim, warn_above
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values", "input_values")
 DECODER_INPUTS = ("input_ids", "encoder_hidden_states", "encoder_attention_mask", "past_key_values")
@@ -133,12 +133,14 @@ class Seq2SeqOnnxExporter(OnnxExporter):
     """The ONNX exporter's stages (same names, same order), each run for every component."""
 
     def load(self, ctx: Seq2SeqContext) -> None:
+        loaded = ctx.model is not None
         super().load(ctx)
-        ctx.processor = _processor(ctx.model_id, ctx.options)
+        ctx.processor = None if loaded else _processor(ctx.model_id, ctx.options)
 
     def capture(self, ctx: Seq2SeqContext) -> None:
         model = ctx.model
-        with observe(encoder=model.get_encoder(), model=model) as obs:
+        adapter = forward_adapter(model, ctx.options.get("model_kwargs"), model.get_encoder())
+        with adapter, observe(encoder=model.get_encoder(), model=model) as obs:
             ctx.task.spec.driver(model, ctx.tokenizer, ctx.processor)
         ctx.observer = obs["model"]
         ctx.components = components(model, obs["encoder"].calls, obs["model"].calls, ctx.task.with_past)
@@ -148,7 +150,7 @@ class Seq2SeqOnnxExporter(OnnxExporter):
     def infer(self, ctx: Seq2SeqContext) -> None:
         for part in ctx.components:
             try:
-                args = infer_arguments(part.calls, part.inputs)
+                args = infer_arguments(part.calls, part.inputs, dynamic_sequence=True)
             except CaptureError as e:
                 raise PipelineError(f"{part.name}: {e}") from e
             args.axis_names = {n: {a: part.labels.get(label, label) for a, label in axes.items()}
@@ -199,16 +201,16 @@ class Seq2SeqOnnxExporter(OnnxExporter):
         for part in ctx.components:
             onnx_file, data_file = part.files
             ir.save(part.onnx_program.model, ctx.staging / onnx_file, external_data=data_file)
-
-    def copy_files(self, ctx: Seq2SeqContext) -> None:
-        super().copy_files(ctx)
-        if ctx.processor is not None:
-            ctx.processor.save_pretrained(ctx.staging)
+            if ctx.options.get("slim"):
+                slim(ctx.staging / onnx_file, data_file)
 
     def validate(self, ctx: Seq2SeqContext) -> None:
         import onnxruntime as ort
 
-        atol = ctx.options.get("atol")
+        if ctx.options.get("validate") is False:  # do_validation=False
+            logger.info("    skipped (do_validation=False)")
+            return
+        atol, warn = ctx.options.get("atol"), warn_above(ctx.options)
         for part in ctx.components:
             session = ort.InferenceSession(str(ctx.staging / part.files[0]), providers=["CPUExecutionProvider"])
             part.discrepancies = compare(_GraphInputs(session), part.calls, part.arguments, part.output_names, part.module)
@@ -217,9 +219,9 @@ class Seq2SeqOnnxExporter(OnnxExporter):
             worst = max(part.discrepancies, key=lambda r: r.max_abs, default=None)
             if worst is None:
                 continue
-            if atol is None and worst.max_abs > WARN_ABOVE:
+            if atol is None and worst.max_abs > warn:
                 logger.warning("    warning: %s output %r differs from PyTorch by %.3e (> %g); pass --atol to make "
-                               "this an error", part.name, worst.output, worst.max_abs, WARN_ABOVE)
+                               "this an error", part.name, worst.output, worst.max_abs, warn)
             if atol is not None and worst.max_abs > atol:
                 raise ExportError(f"{part.name} output {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} "
                                   f"> atol {atol:g} (call {worst.worst_call})")
@@ -232,6 +234,7 @@ class Seq2SeqOnnxExporter(OnnxExporter):
                 "outputs": part.output_names,
                 "dynamic_axes": {n: {str(a): label for a, label in axes.items()}
                                  for n, axes in part.arguments.axis_names.items()},
+                "static_axes": static_axes(ctx.model, part),
                 "calls_recorded": len(part.calls),
                 "sample_call": part.arguments.sample_call,
                 "discrepancies": as_dicts(part.discrepancies),
@@ -242,6 +245,7 @@ class Seq2SeqOnnxExporter(OnnxExporter):
             "exporter": "dynamo",
             "model": ctx.model_id,
             "task": ctx.task.name,
+            "dtype": ctx.options.get("dtype") or "fp32",
             "versions": versions(),
             "files": [f for part in ctx.components for f in part.files],
             "components": parts,
@@ -249,6 +253,20 @@ class Seq2SeqOnnxExporter(OnnxExporter):
             "timings_s": ctx.timings,
         }
         (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def static_axes(model, part: Component) -> dict[str, dict[str, str]]:
+    """Axes of encoder features that stay static, with the reason (Whisper takes a fixed number of frames)."""
+    frames = getattr(model.config, "max_source_positions", None)
+    found = {}
+    for name in part.arguments.input_names:
+        if name == "input_features" and frames is not None:
+            shape = part.arguments.shapes[name][0]
+            axis = len(shape) - 1
+            if axis not in part.arguments.axis_names.get(name, {}):
+                found[name] = {str(axis): f"{model.config.model_type}'s encoder takes exactly {shape[axis]} frames "
+                               f"(2 x max_source_positions = {2 * frames}); pad or cut features to that length"}
+    return found
 
 
 class _GraphInputs:
@@ -267,7 +285,7 @@ class _GraphInputs:
 def _processor(model_id: str, options: dict):
     """The checkpoint's image processor or feature extractor (None for text models)."""
     kwargs = {"trust_remote_code": options.get("trust_remote_code", False), **options.get("hub_options", {})}
-    return _preprocessor(model_id, kwargs, ("AutoImageProcessor", "AutoFeatureExtractor"))
+    return preprocessor(model_id, kwargs, ("AutoImageProcessor", "AutoFeatureExtractor"))
 
 
 def export_seq2seq(model_id: str, output, task: str | None = None, **options) -> Seq2SeqContext:

@@ -86,6 +86,17 @@ def position_axes(session) -> dict[str, int]:
     }
 
 
+def token_axis(name: str, shape: tuple[int, ...], positions: dict[str, int], feed: dict[str, torch.Tensor]) -> int | None:
+    """The output axis that indexes the input tokens: named so (`position_axes`), else axis 1 when it has
+    the batch and length of `input_ids` (an output whose sequence axis got no name still skips padding)."""
+    if name in positions:
+        return positions[name]
+    ids = feed.get("input_ids")
+    if ids is not None and ids.dim() == 2 and len(shape) >= 2 and tuple(shape[:2]) == tuple(ids.shape):
+        return 1
+    return None
+
+
 def _unmasked(mask: torch.Tensor | None, shape: tuple[int, ...], axis: int | None) -> np.ndarray | None:
     """Where the attention mask (right-aligned on `axis`) is 1; padding positions are not compared."""
     if mask is None or axis is None or mask.dim() != 2 or mask.shape[1] < shape[axis]:
@@ -121,7 +132,7 @@ def compare(
             if got.shape != ref.shape:
                 continue
             diff = np.abs(got - ref)
-            keep = _unmasked(feed.get("attention_mask"), got.shape, positions.get(name))
+            keep = _unmasked(feed.get("attention_mask"), got.shape, token_axis(name, got.shape, positions, feed))
             if keep is not None:
                 diff, ref = diff[keep], ref[keep]
             diff = np.nan_to_num(diff, nan=np.inf)  # a NaN on either side is the worst difference
