@@ -5,15 +5,17 @@ Both wrap optimum objects at run time (never editing optimum's files) and are id
 
 from __future__ import annotations
 
+import argparse
 import functools
-import logging
 import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from legacy_bridge._hooks import when_imported
 
+from . import quiet
 from .errors import ExportError
+from .migration import ENV, use_dynamo
 
 _HUB_OPTIONS = ("subfolder", "revision", "force_download", "local_files_only", "cache_dir", "token")
 
@@ -22,10 +24,13 @@ def add_cli_arguments(parser) -> None:
     group = parser.add_argument_group("optimum-dynamo")
     group.add_argument(
         "--dynamo",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="Export with torch.export and the dynamo ONNX exporter (optimum-dynamo): inputs and dynamic "
-        "axes are inferred by running the model, no per-model configuration is needed.",
+        f"axes are inferred by running the model, no per-model configuration is needed. {ENV}=1 makes it "
+        "the default; --no-dynamo uses the torchscript exporter.",
     )
+    group.add_argument("-v", "--verbose", action="store_true", help="With --dynamo: show debug lines and the libraries' own messages.")
     group.add_argument(
         "--no-fallback",
         action="store_true",
@@ -41,20 +46,25 @@ def run_cli(args) -> None:
     """`optimum-cli export onnx --dynamo ...`: one error line and exit status 1 on bad input; when the
     dynamo export itself fails, the torchscript exporter takes over (unless --no-fallback)."""
     from .exporters import export_onnx
+    from .options import check_options
+    from .staging import Terminated, check_output
 
-    logger = logging.getLogger("optimum_dynamo")
-    if not logger.handlers:
-        logger.addHandler(logging.StreamHandler())
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    quiet.configure_cli(getattr(args, "verbose", False))
+    logger = quiet.logger()
     if args.no_dynamic_axes:
         raise _error("--no-dynamic-axes is not supported with --dynamo")
     options = dict(opset=args.opset, atol=args.atol, trust_remote_code=args.trust_remote_code,
                    hub_options={"cache_dir": args.cache_dir} if args.cache_dir else {})
     try:
+        check_options(**options)
+        check_output(args.output)
         ctx = export_onnx(args.model, args.output, task=args.task, **options)
     except ExportError as e:
         raise _error(str(e)) from None
+    except (KeyboardInterrupt, Terminated) as e:
+        print(f"optimum-cli export onnx --dynamo: error: interrupted ({type(e).__name__}); nothing was written",
+              file=sys.stderr)
+        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 143) from None
     except Exception as e:  # the dynamo export failed on a valid model: try the legacy exporter
         _fall_back(args, e)
     else:
@@ -94,7 +104,11 @@ def install_cli(command_class) -> None:
 
     @functools.wraps(run)
     def run_with_dynamo(self):
-        if getattr(self.args, "dynamo", False):
+        try:
+            dynamo = use_dynamo(getattr(self.args, "dynamo", None))
+        except ExportError as e:
+            raise _error(str(e)) from None
+        if dynamo:
             return run_cli(self.args)
         from legacy_bridge.torchscript import deprecation_notice
 
@@ -111,8 +125,8 @@ def _wrap_export(cls) -> None:
     original = cls.__dict__["_export"].__func__
 
     @functools.wraps(original)
-    def _export(klass, model_id, config, *args, dynamo: bool = False, **kwargs):
-        if not dynamo:
+    def _export(klass, model_id, config, *args, dynamo: bool | None = None, **kwargs):
+        if not use_dynamo(dynamo):
             return original(klass, model_id, config, *args, **kwargs)
         return export_for_runtime(klass, model_id, config, **kwargs)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +19,17 @@ from typing import Any
 
 import torch
 
-from .. import flatten, patches
+from .. import flatten, patches, quiet
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError
+from ..options import check_options
 from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..tasks import Task, resolve_task
 
 logger = logging.getLogger("optimum_dynamo")
+# Patches and pytree registrations are process-wide: exports in one process run one at a time.
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def stage(label: str):
@@ -71,8 +75,10 @@ class Exporter:
         return found
 
     def run(self, ctx: ExportContext) -> ExportContext:
-        with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
-            self._run_stages(ctx, self.stages())
+        check_options(**ctx.options)
+        with _ONE_AT_A_TIME, quiet.third_party():
+            with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
+                self._run_stages(ctx, self.stages())
         return ctx
 
     def _run_stages(self, ctx: ExportContext, stages) -> None:
@@ -91,13 +97,18 @@ class Exporter:
         if not path.is_dir() and (path.is_absolute() or ctx.model_id.startswith(".") or path.exists()):
             raise ExportError(f"model directory not found: {ctx.model_id}")
         kwargs = {"trust_remote_code": ctx.options.get("trust_remote_code", False), **ctx.options.get("hub_options", {})}
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ExportError(f"cannot load {ctx.model_id}: no config.json in it")
         try:
             ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
         except (OSError, ValueError) as e:
-            raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0]}") from e
+            raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0][:400]}") from e
         ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
-        ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
+        try:
+            ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
+        except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
+            raise ExportError(f"cannot load weights of {ctx.model_id}: {_first_line(e)}") from e
         ctx.tokenizer = _preprocessor(ctx.model_id, kwargs)
 
     # ── Stage: capture ──
@@ -130,6 +141,11 @@ class Exporter:
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
                 )
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(error).__name__
 
 
 def _plain_buffers(model) -> None:
