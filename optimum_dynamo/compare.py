@@ -11,6 +11,7 @@ table gives the largest logits difference at the first step (empty cache) and ov
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
@@ -84,9 +85,10 @@ def _export(exporter: str, checkpoint: str, output: Path, task: str, trust_remot
     else:
         from legacy_bridge.torchscript import export_torchscript
 
+        from .quiet import third_party
         from .staging import staged
 
-        with staged(output) as staging:
+        with staged(output) as staging, third_party(also=("optimum", "transformers"), all_warnings=True):
             export_torchscript(checkpoint, staging, task, trust_remote_code=trust_remote_code, do_validation=False)
 
 
@@ -146,7 +148,7 @@ def table(rows: list[Row]) -> str:
 def main(argv=None) -> int:
     import optimum_dynamo  # noqa: F401  (the bridge before optimum is imported)
 
-    from .quiet import configure_cli
+    from .quiet import configure_cli, logger
 
     parser = argparse.ArgumentParser(prog="python -m optimum_dynamo.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="checkpoint directory or hub id")
@@ -154,8 +156,11 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default=None, help="keep both exports here (OUTPUT/torchscript, OUTPUT/dynamo)")
     parser.add_argument("--new-tokens", type=int, default=4, help="greedy tokens generated (text generation)")
     parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the exporters' own lines")
     args = parser.parse_args(argv)
-    configure_cli()
+    configure_cli(args.verbose)
+    if not args.verbose:  # the table is the result; the exporters' stage lines are not
+        logger().setLevel(logging.WARNING)
     rows = compare_exporters(args.model, args.task, args.output, args.new_tokens, args.trust_remote_code)
     print("max |onnxruntime - PyTorch|, same inputs, optimum's runtime class:")
     print(table(rows))

@@ -66,7 +66,10 @@ def run_cli(args) -> None:
               file=sys.stderr)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 143) from None
     except Exception as e:  # the dynamo export failed on a valid model: try the legacy exporter
-        _fall_back(args, e)
+        try:
+            _fall_back(args, e)
+        except ExportError as failure:
+            raise _error(str(failure)) from None
     else:
         logger.info("Exported to %s (%s)", Path(args.output).resolve(), ctx.task.name)
 

@@ -45,18 +45,22 @@ def configure_cli(verbose: bool = False) -> None:
 
 
 @contextmanager
-def third_party() -> Iterator[None]:
-    """Quiet the libraries' own lines for the duration of an export (nothing changes when verbose)."""
+def third_party(also: tuple[str, ...] = (), all_warnings: bool = False) -> Iterator[None]:
+    """Quiet the libraries' own lines for the duration of an export (nothing changes when verbose);
+    `also`: more loggers to quiet, `all_warnings`: every Python warning (the torchscript exporter's)."""
     if is_verbose():
         yield
         return
-    lowered = [logging.getLogger(name) for name in NOISY_LOGGERS if logging.getLogger(name).level == logging.NOTSET]
+    names = NOISY_LOGGERS + tuple(also)
+    lowered = [logging.getLogger(name) for name in names if logging.getLogger(name).level == logging.NOTSET]
     for log in lowered:
         log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             for category, message in NOISY_WARNINGS:
                 warnings.filterwarnings("ignore", message=message, category=category)
+            if all_warnings:
+                warnings.simplefilter("ignore")
             yield
     finally:
         for log in lowered:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import resource
 import shutil
 import signal
 import tempfile
@@ -122,6 +123,20 @@ def _move_into(staging: Path, output: Path) -> None:
         os.close(fd)
 
 
+def _write_failure(error: BaseException, sizes: list[int]) -> str | None:
+    """Why the disk refused a write, or None for any other error. Some writers (numpy's `tofile`, used
+    when saving weights) drop the errno: then the file-size limit and free space are checked."""
+    if not isinstance(error, OSError):
+        return None
+    if error.errno in _DISK_ERRORS:
+        return os.strerror(error.errno)
+    if error.errno is None:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY and any(size >= limit for size in sizes):
+            return os.strerror(errno.EFBIG)
+    return None
+
+
 def _remove_made(parents: list[Path]) -> None:
     for parent in parents:  # directories made for the output, deepest first
         if parent.exists():
@@ -151,12 +166,14 @@ def staged(output: Path) -> Iterator[Path]:
                 output.mkdir(exist_ok=True)
                 _move_into(staging, output)
             except BaseException as e:
+                sizes = [f.stat().st_size for f in staging.rglob("*") if f.is_file()] if isinstance(e, OSError) else []
                 shutil.rmtree(staging, ignore_errors=True)
                 if output in created and output.exists():
                     shutil.rmtree(output)
                 _remove_made(created[1:])
-                if isinstance(e, OSError) and e.errno in _DISK_ERRORS:
-                    raise ExportError(f"cannot write the export to {output.parent}: {os.strerror(e.errno)}") from None
+                reason = _write_failure(e, sizes)
+                if reason:
+                    raise ExportError(f"cannot write the export to {output.parent}: {reason}") from None
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

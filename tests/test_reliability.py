@@ -158,7 +158,7 @@ def test_remote_code_is_refused_without_trust_remote_code(llama, tmp_path):
     _remote_code_checkpoint(llama, marker)
     before, out = tree_hash(llama), tmp_path / "out"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", llama, "--task", "text-generation-with-past", out)
-    assert_refused(run, out, "trust_remote_code")
+    assert_refused(run, out, "contains custom code: read it, then pass --trust-remote-code to run it")
     assert not marker.exists(), "the checkpoint's code was imported"
     assert tree_hash(llama) == before
 
@@ -332,18 +332,24 @@ def test_two_threads_export_one_after_the_other(checkpoints, tmp_path):
 
 # ── Python API: same rows, state restored in the same process ──
 def _process_state():
+    """What an export changes while it runs: patched attributes, and our cache classes' pytree nodes."""
+    import optree
     from torch.utils import _pytree
 
+    from optimum_dynamo.flatten.registry import kinds
     from optimum_dynamo.patches.registry import active_patches
 
-    state = {}
+    patched = {}
     for patch in active_patches():
         try:
             owner, attr = patch.resolve()
-            state[patch.target] = id(getattr(owner, attr))
+            patched[patch.target] = getattr(owner, attr)
         except Exception:  # noqa: BLE001  (a target missing here is missing before and after alike)
-            state[patch.target] = None
-    return state, set(_pytree.SUPPORTED_NODES)
+            patched[patch.target] = None
+    caches = [cls for cls in (k.resolve() for k in kinds()) if cls is not None]
+    nodes = {cls: (_pytree.SUPPORTED_NODES.get(cls), optree.register_pytree_node.get(cls, namespace="torch"))
+             for cls in caches}
+    return patched, nodes
 
 
 @pytest.mark.parametrize("options, message", [

@@ -102,6 +102,9 @@ class Exporter:
         try:
             ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
         except (OSError, ValueError) as e:
+            if "trust_remote_code" in str(e):  # nothing of the checkpoint's code was imported
+                raise ExportError(f"{ctx.model_id} contains custom code: read it, then pass --trust-remote-code "
+                                  "to run it") from e
             raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0][:400]}") from e
         ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
