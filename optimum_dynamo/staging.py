@@ -123,17 +123,20 @@ def _move_into(staging: Path, output: Path) -> None:
         os.close(fd)
 
 
-def _write_failure(error: BaseException, sizes: list[int]) -> str | None:
+def _write_failure(error: BaseException, directory: Path) -> str | None:
     """Why the disk refused a write, or None for any other error. Some writers (numpy's `tofile`, used
-    when saving weights) drop the errno: then the file-size limit and free space are checked."""
+    when saving weights) drop the errno: then a file-size limit or a full disk is named beside their message."""
     if not isinstance(error, OSError):
         return None
     if error.errno in _DISK_ERRORS:
         return os.strerror(error.errno)
     if error.errno is None:
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        if limit != resource.RLIM_INFINITY and any(size >= limit for size in sizes):
-            return os.strerror(errno.EFBIG)
+        if limit != resource.RLIM_INFINITY:
+            return f"{error} (the process's file-size limit is {limit} bytes)"
+        disk = os.statvfs(directory)
+        if disk.f_bavail == 0:
+            return f"{error} ({os.strerror(errno.ENOSPC)})"
     return None
 
 
@@ -166,12 +169,11 @@ def staged(output: Path) -> Iterator[Path]:
                 output.mkdir(exist_ok=True)
                 _move_into(staging, output)
             except BaseException as e:
-                sizes = [f.stat().st_size for f in staging.rglob("*") if f.is_file()] if isinstance(e, OSError) else []
                 shutil.rmtree(staging, ignore_errors=True)
                 if output in created and output.exists():
                     shutil.rmtree(output)
                 _remove_made(created[1:])
-                reason = _write_failure(e, sizes)
+                reason = _write_failure(e, output.parent)
                 if reason:
                     raise ExportError(f"cannot write the export to {output.parent}: {reason}") from None
                 raise

@@ -29,7 +29,7 @@ from ..tasks import Task, resolve_task
 
 logger = logging.getLogger("optimum_dynamo")
 # Patches and pytree registrations are process-wide: exports in one process run one at a time.
-_ONE_AT_A_TIME = threading.Lock()
+_ONE_AT_A_TIME = threading.RLock()  # re-entrant: an exporter may run another inside its stages
 
 
 def stage(label: str):
