@@ -55,6 +55,7 @@ def third_party(also: tuple[str, ...] = (), all_warnings: bool = False) -> Itera
     lowered = [logging.getLogger(name) for name in names if logging.getLogger(name).level == logging.NOTSET]
     for log in lowered:
         log.setLevel(logging.ERROR)
+    bars = _progress_bars(False)
     try:
         with warnings.catch_warnings():
             for category, message in NOISY_WARNINGS:
@@ -65,6 +66,16 @@ def third_party(also: tuple[str, ...] = (), all_warnings: bool = False) -> Itera
     finally:
         for log in lowered:
             log.setLevel(logging.NOTSET)
+        _progress_bars(bars)
+
+
+def _progress_bars(enabled: bool) -> bool:
+    """Turn transformers' progress bars (transformers 5: "Loading weights") on or off; returns the previous state."""
+    from transformers.utils import logging as transformers_logging
+
+    previous = transformers_logging.is_progress_bar_enabled()
+    (transformers_logging.enable_progress_bar if enabled else transformers_logging.disable_progress_bar)()
+    return previous
 
 
 class _Drop(logging.Filter):
