@@ -51,9 +51,9 @@ def third_party(also: tuple[str, ...] = (), all_warnings: bool = False) -> Itera
     if is_verbose():
         yield
         return
-    names = NOISY_LOGGERS + tuple(also)
-    lowered = [logging.getLogger(name) for name in names if logging.getLogger(name).level == logging.NOTSET]
-    for log in lowered:
+    lowered = [(log, log.level) for log in map(logging.getLogger, NOISY_LOGGERS) if log.level == logging.NOTSET]
+    lowered += [(log, log.level) for log in map(logging.getLogger, also) if log.level < logging.ERROR]
+    for log, _ in lowered:
         log.setLevel(logging.ERROR)
     bars = _progress_bars(False)
     try:
@@ -64,8 +64,8 @@ def third_party(also: tuple[str, ...] = (), all_warnings: bool = False) -> Itera
                 warnings.simplefilter("ignore")
             yield
     finally:
-        for log in lowered:
-            log.setLevel(logging.NOTSET)
+        for log, level in lowered:
+            log.setLevel(level)
         _progress_bars(bars)
 
 
