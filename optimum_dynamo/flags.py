@@ -127,6 +127,7 @@ FLAGS: dict[str, Flag] = {
     # added by optimum-dynamo
     "dynamo": Flag("--dynamo", HONOURED, "selects this exporter"),
     "no_fallback": Flag("--no-fallback", HONOURED, "fail instead of falling back to the torchscript exporter"),
+    "verbose": Flag("-v/--verbose", HONOURED, "shows debug lines and the libraries' own messages"),
     # Python only (`main_export`, `onnx_export_from_model`)
     **{name: Flag(name, HONOURED, "hub download option", f"hub:{name}")
        for name in ("subfolder", "revision", "force_download", "local_files_only", "token")},

@@ -5,13 +5,15 @@ Both wrap optimum objects at run time (never editing optimum's files) and are id
 
 from __future__ import annotations
 
+import argparse
 import functools
-import logging
 import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from . import quiet
 from .errors import ExportError
+from .migration import ENV, use_dynamo
 
 _HUB_OPTIONS = ("subfolder", "revision", "force_download", "local_files_only", "cache_dir", "token")
 
@@ -20,10 +22,13 @@ def add_cli_arguments(parser) -> None:
     group = parser.add_argument_group("optimum-dynamo")
     group.add_argument(
         "--dynamo",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="Export with torch.export and the dynamo ONNX exporter (optimum-dynamo): inputs and dynamic "
-        "axes are inferred by running the model, no per-model configuration is needed.",
+        f"axes are inferred by running the model, no per-model configuration is needed. {ENV}=1 makes it "
+        "the default; --no-dynamo uses the torchscript exporter.",
     )
+    group.add_argument("-v", "--verbose", action="store_true", help="With --dynamo: show debug lines and the libraries' own messages.")
     group.add_argument(
         "--no-fallback",
         action="store_true",
@@ -35,28 +40,25 @@ def _error(message: str) -> SystemExit:
     return SystemExit(f"optimum-cli export onnx --dynamo: error: {message}")
 
 
-def _logger() -> logging.Logger:
-    logger = logging.getLogger("optimum_dynamo")
-    if not logger.handlers:
-        logger.addHandler(logging.StreamHandler())
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    return logger
-
-
 def run_cli(args) -> None:
     """`optimum-cli export onnx --dynamo ...`: every option of optimum's parser goes through the flag
-    table (`flags.py`); one error line and exit status 1 on bad input; when the dynamo export itself
-    fails, the torchscript exporter takes over with the same options (unless --no-fallback)."""
+    table (`flags.py`); option values and the output path are checked before any work; one error line and
+    exit status 1 on bad input; when the dynamo export itself fails, the torchscript exporter takes over
+    with the same options (unless --no-fallback)."""
     from . import flags
     from .exporters import export_onnx
+    from .options import check_options
+    from .staging import Terminated, check_output
 
-    logger = _logger()
-    defaults = {**flags.cli_defaults(), "dynamo": False, "no_fallback": False}
+    quiet.configure_cli(getattr(args, "verbose", False))
+    logger = quiet.logger()
+    defaults = {**flags.cli_defaults(), "dynamo": None, "no_fallback": False, "verbose": False}
     values = {dest: getattr(args, dest) for dest in defaults if hasattr(args, dest)}
     try:
         options, notices = flags.resolve(values, defaults)
-    except flags.FlagError as e:
+        check_options(**options)
+        check_output(args.output)
+    except ExportError as e:
         raise _error(str(e)) from None
     for notice in notices:
         print(f"optimum-cli export onnx --dynamo: notice: {notice}", file=sys.stderr)
@@ -65,8 +67,15 @@ def run_cli(args) -> None:
         ctx = export_onnx(args.model, args.output, task=task, **options)
     except ExportError as e:
         raise _error(str(e)) from None
+    except (KeyboardInterrupt, Terminated) as e:
+        print(f"optimum-cli export onnx --dynamo: error: interrupted ({type(e).__name__}); nothing was written",
+              file=sys.stderr)
+        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 143) from None
     except Exception as e:  # the dynamo export failed on a valid model: try the legacy exporter
-        _fall_back(args, e)
+        try:
+            _fall_back(args, e)
+        except ExportError as failure:
+            raise _error(str(failure)) from None
     else:
         logger.info("Exported to %s (%s)", Path(args.output).resolve(), ctx.task.name)
 
@@ -112,7 +121,7 @@ def export_from_python(function, model, values: dict) -> None:
     from . import flags
     from .exporters import export_onnx
 
-    logger = _logger()
+    logger = quiet.logger()
     shapes = values.pop("kwargs_shapes", None) or {}
     values, defaults = flags.python_values(function, {**values, **shapes})
     values.pop("model", None)
@@ -153,7 +162,11 @@ def install_cli(command_class) -> None:
 
     @functools.wraps(run)
     def run_with_dynamo(self):
-        if getattr(self.args, "dynamo", False):
+        try:
+            dynamo = use_dynamo(getattr(self.args, "dynamo", None))
+        except ExportError as e:
+            raise _error(str(e)) from None
+        if dynamo:
             return run_cli(self.args)
         from legacy_bridge.torchscript import deprecation_notice
 
@@ -170,8 +183,8 @@ def _wrap_export(cls) -> None:
     original = cls.__dict__["_export"].__func__
 
     @functools.wraps(original)
-    def _export(klass, model_id, config, *args, dynamo: bool = False, **kwargs):
-        if not dynamo:
+    def _export(klass, model_id, config, *args, dynamo: bool | None = None, **kwargs):
+        if not use_dynamo(dynamo):
             return original(klass, model_id, config, *args, **kwargs)
         return export_for_runtime(klass, model_id, config, **kwargs)
 

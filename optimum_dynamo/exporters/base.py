@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +20,18 @@ from typing import Any
 
 import torch
 
-from .. import flatten, patches
+from .. import flatten, patches, quiet
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError, PipelineError
 from ..flags import DTYPES
+from ..options import check_options
 from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..tasks import Task, resolve_task
 
 logger = logging.getLogger("optimum_dynamo")
+# Patches and pytree registrations are process-wide: exports in one process run one at a time.
+_ONE_AT_A_TIME = threading.RLock()  # re-entrant: an exporter may run another inside its stages
 
 
 def stage(label: str):
@@ -73,8 +77,10 @@ class Exporter:
         return found
 
     def run(self, ctx: ExportContext) -> ExportContext:
-        with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
-            self._run_stages(ctx, self.stages())
+        check_options(**ctx.options)
+        with _ONE_AT_A_TIME, quiet.third_party():
+            with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
+                self._run_stages(ctx, self.stages())
         return ctx
 
     def _run_stages(self, ctx: ExportContext, stages) -> None:
@@ -98,15 +104,23 @@ class Exporter:
         if not path.is_dir() and (path.is_absolute() or ctx.model_id.startswith(".") or path.exists()):
             raise ExportError(f"model directory not found: {ctx.model_id}")
         kwargs = {"trust_remote_code": ctx.options.get("trust_remote_code", False), **ctx.options.get("hub_options", {})}
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ExportError(f"cannot load {ctx.model_id}: no config.json in it")
         try:
             ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
         except (OSError, ValueError) as e:
-            raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0]}") from e
+            if "trust_remote_code" in str(e):  # nothing of the checkpoint's code was imported
+                raise ExportError(f"{ctx.model_id} contains custom code: read it, then pass --trust-remote-code "
+                                  "to run it") from e
+            raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0][:400]}") from e
         if ctx.options.get("pad_token_id") is not None:  # --pad_token_id: used by capture, saved in config.json
             ctx.config.pad_token_id = ctx.options["pad_token_id"]
         ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
-        ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
+        try:
+            ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
+        except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
+            raise ExportError(f"cannot load weights of {ctx.model_id}: {_first_line(e)}") from e
         dtype = ctx.options.get("dtype")
         if dtype not in (None, "fp32"):  # --dtype: captured, exported and validated in that dtype
             ctx.model.to(getattr(torch, DTYPES[dtype]))
@@ -143,6 +157,11 @@ class Exporter:
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
                 )
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(error).__name__
 
 
 def _plain_buffers(model) -> None:

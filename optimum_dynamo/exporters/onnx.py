@@ -15,6 +15,7 @@ import torch
 from ..errors import ExportError, PipelineError
 from ..flatten import flat_outputs
 from ..manifest import runtime_of, write_manifest
+from ..quiet import is_verbose
 from ..validate import as_dicts, compare, table
 from .base import ExportContext, Exporter, logger, stage
 from .onnx_optimize import optimize
@@ -83,7 +84,8 @@ class OnnxExporter(Exporter):
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
         opset = ctx.options.get("opset")
-        ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset)
+        ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset,
+                                             verbose=None if is_verbose() else False)
 
     @stage("name inputs and outputs")
     def name_io(self, ctx: ExportContext) -> None:

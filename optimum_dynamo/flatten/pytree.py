@@ -88,7 +88,7 @@ def register() -> None:
             return
         for kind in kinds():
             cls = kind.resolve()
-            if cls is None:
+            if cls is None or cls in _saved:  # transformers 5: SlidingWindowCache is StaticCache (one class, two names)
                 continue
             _saved[cls] = _remove(cls)
             flatten, flatten_with_keys, unflatten = _node_fns(cls)

@@ -1,0 +1,30 @@
+"""The migration switch: `OPTIMUM_DYNAMO_DEFAULT=1` makes the dynamo path the default of an environment.
+
+With it set, `optimum-cli export onnx` exports as if `--dynamo` were given and
+`ORTModel*.from_pretrained(export=True)` as if `dynamo=True` were; `--no-dynamo` / `dynamo=False` go back
+to the torchscript exporter for one call. Every entry point decides through `use_dynamo`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import ExportError
+
+ENV = "OPTIMUM_DYNAMO_DEFAULT"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def dynamo_by_default() -> bool:
+    """Whether the environment asks for the dynamo path when a call does not say."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ExportError(f"invalid {ENV}={os.environ[ENV]!r}: expected 1 or 0")
+
+
+def use_dynamo(requested: bool | None) -> bool:
+    """The call's explicit choice (True/False), else the environment's default."""
+    return dynamo_by_default() if requested is None else bool(requested)
