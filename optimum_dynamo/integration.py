@@ -13,7 +13,7 @@ from tempfile import TemporaryDirectory
 
 from . import quiet
 from .errors import ExportError
-from .migration import ENV, use_dynamo
+from .migration import ENV, torchscript_chosen, use_dynamo
 
 _HUB_OPTIONS = ("subfolder", "revision", "force_download", "local_files_only", "cache_dir", "token")
 
@@ -106,7 +106,7 @@ def _fall_back(args, error: Exception) -> None:
     print(f"optimum-cli export onnx --dynamo: warning: dynamo export failed ({reason}); "
           "falling back to the torchscript exporter (--no-fallback to fail instead)", file=sys.stderr)
     try:
-        with staged(Path(args.output)) as staging:  # a failed fallback leaves nothing behind either
+        with staged(Path(args.output)) as staging, torchscript_chosen():  # a failed fallback leaves nothing
             export_torchscript(args.model, staging, task, **_legacy_options(args))
             write_fallback_manifest(staging, model=args.model, task=task, reason=reason)
     except Exception as e:
@@ -139,9 +139,10 @@ def _wrap_python_export(module, name: str, model_parameter: str) -> None:
         return
 
     @functools.wraps(original)
-    def wrapper(*args, dynamo: bool = False, **kwargs):
-        if not dynamo:
-            return original(*args, **kwargs)
+    def wrapper(*args, dynamo: bool | None = None, **kwargs):
+        if not use_dynamo(dynamo):
+            with torchscript_chosen():
+                return original(*args, **kwargs)
         import inspect
 
         values = dict(inspect.signature(original).bind(*args, **kwargs).arguments)
@@ -171,7 +172,8 @@ def install_cli(command_class) -> None:
         from legacy_bridge.torchscript import deprecation_notice
 
         deprecation_notice()
-        return run(self)
+        with torchscript_chosen():
+            return run(self)
 
     command_class.parse_args = staticmethod(parse_args_with_dynamo)
     command_class.run = run_with_dynamo
@@ -185,7 +187,8 @@ def _wrap_export(cls) -> None:
     @functools.wraps(original)
     def _export(klass, model_id, config, *args, dynamo: bool | None = None, **kwargs):
         if not use_dynamo(dynamo):
-            return original(klass, model_id, config, *args, **kwargs)
+            with torchscript_chosen():
+                return original(klass, model_id, config, *args, **kwargs)
         return export_for_runtime(klass, model_id, config, **kwargs)
 
     cls._export = classmethod(_export)

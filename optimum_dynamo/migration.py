@@ -7,7 +7,9 @@ to the torchscript exporter for one call. Every entry point decides through `use
 
 from __future__ import annotations
 
+import contextvars
 import os
+from contextlib import contextmanager
 
 from .errors import ExportError
 
@@ -25,6 +27,23 @@ def dynamo_by_default() -> bool:
     raise ExportError(f"invalid {ENV}={os.environ[ENV]!r}: expected 1 or 0")
 
 
+_torchscript_chosen = contextvars.ContextVar("optimum_dynamo_torchscript_chosen", default=False)
+
+
+@contextmanager
+def torchscript_chosen():
+    """Inside: calls that do not say (optimum's own `main_export` under `--no-dynamo`, `dynamo=False` or the
+    fallback) use the torchscript exporter whatever the environment's default."""
+    token = _torchscript_chosen.set(True)
+    try:
+        yield
+    finally:
+        _torchscript_chosen.reset(token)
+
+
 def use_dynamo(requested: bool | None) -> bool:
-    """The call's explicit choice (True/False), else the environment's default."""
-    return dynamo_by_default() if requested is None else bool(requested)
+    """The call's explicit choice (True/False), else the torchscript choice of an enclosing call, else the
+    environment's default."""
+    if requested is None:
+        return False if _torchscript_chosen.get() else dynamo_by_default()
+    return bool(requested)

@@ -33,9 +33,9 @@ main()
 """
 
 
-def broken_cli(*args):
+def broken_cli(*args, env=None):
     return subprocess.run([sys.executable, "-c", _BROKEN_CLI, *map(str, args)], capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env={**os.environ, **(env or {})})
 
 
 def _error_lines(run):
@@ -43,9 +43,11 @@ def _error_lines(run):
 
 
 def test_failed_dynamo_export_falls_back_to_torchscript(checkpoints, tmp_path):
+    """Made the default by the migration switch (no --dynamo): the fallback's own torchscript export must not
+    take the dynamo path again."""
     out = tmp_path / "out"
-    run = broken_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), "--task",
-                     "text-generation-with-past", out)
+    run = broken_cli("export", "onnx", "--model", checkpoints("llama"), "--task", "text-generation-with-past", out,
+                     env={"OPTIMUM_DYNAMO_DEFAULT": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert ("optimum-cli export onnx --dynamo: warning: dynamo export failed (RuntimeError: broken on purpose); "
             "falling back to the torchscript exporter (--no-fallback to fail instead)") in run.stderr.splitlines()

@@ -69,7 +69,6 @@ def test_no_dynamo_goes_back_to_torchscript(monkeypatch, checkpoints, tmp_path):
 
 _FROM_PRETRAINED = """
 import json, sys
-import optimum_dynamo  # activation without import is another change
 from optimum.onnxruntime import ORTModelForCausalLM
 kwargs = json.loads(sys.argv[2])
 model = ORTModelForCausalLM.from_pretrained(sys.argv[1], export=True, **kwargs)
@@ -85,3 +84,21 @@ def test_switch_makes_from_pretrained_export_dynamo(monkeypatch, checkpoints, kw
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == expected
+
+
+_MAIN_EXPORT = """
+import json, sys
+from optimum.exporters.onnx import main_export
+main_export(sys.argv[1], sys.argv[2], task="text-generation-with-past", **json.loads(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("kwargs, expected", [({}, "dynamo"), ({"dynamo": False}, "torchscript")])
+def test_switch_makes_main_export_dynamo(monkeypatch, checkpoints, tmp_path, kwargs, expected):
+    """optimum's `main_export` in a fresh process: the switch chooses dynamo, `dynamo=False` goes back."""
+    monkeypatch.setenv(ENV, "1")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-c", _MAIN_EXPORT, str(checkpoints("llama")), str(out), json.dumps(kwargs)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (out / "model.onnx").exists() and _exporter(out) == expected
