@@ -53,9 +53,8 @@ def test_greedy_and_scores_match_pytorch(model_type, seq2seq):
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
     ckpt, out = seq2seq(model_type)
-    # PyTorch first: ORTModelForSeq2SeqLM registers its model type with AutoConfig when built (optimum-onnx 0.1.0)
+    ort_model = ORTModelForSeq2SeqLM.from_pretrained(out)  # built first: load order is irrelevant (test_load_order)
     torch_model = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
-    ort_model = ORTModelForSeq2SeqLM.from_pretrained(out)
     assert ort_model.decoder_with_past is not None and not ort_model.decoder.is_merged
     inputs = _batch(AutoTokenizer.from_pretrained(out))
     with torch.no_grad():
