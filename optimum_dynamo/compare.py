@@ -99,6 +99,7 @@ def compare_exporters(checkpoint, task: str | None = None, output=None, new_toke
     import onnx
     from transformers import AutoConfig
 
+    from .quiet import third_party
     from .tasks import resolve_task
 
     checkpoint = str(checkpoint)
@@ -106,7 +107,8 @@ def compare_exporters(checkpoint, task: str | None = None, output=None, new_toke
     resolved = resolve_task(task, checkpoint, config)
     generation = resolved.base == "text-generation"
     auto_class = _auto_class(resolved.base)
-    torch_model = auto_class.from_pretrained(checkpoint, trust_remote_code=trust_remote_code).eval()
+    with third_party(also=("transformers",)):
+        torch_model = auto_class.from_pretrained(checkpoint, trust_remote_code=trust_remote_code).eval()
     inputs = _inputs(checkpoint, config)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
