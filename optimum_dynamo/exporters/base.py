@@ -237,16 +237,21 @@ def preprocessor(model_id: str, kwargs: dict, autos: tuple[str, ...] = ("AutoTok
 
 
 def model_kwargs(model, kwargs: dict | None) -> dict:
-    """`--model-kwargs`: keyword arguments of the model's forward (refused when the forward has no such argument)."""
+    """`--model-kwargs`: keyword arguments of the model's forward, returned to be passed in every call.
+    A transformers 5 forward takes the output switches (`output_hidden_states`, ...) through `**kwargs`,
+    which torch.export cannot fix as constants: those are set on the model's config instead (saved in
+    config.json). Any other key is refused."""
     if not kwargs:
         return {}
     forward = inspect.signature(model.forward).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward.values()):  # transformers 5: **kwargs
-        forward = {**forward, **_config_flags(model)}
-    unknown = sorted(k for k in kwargs if k not in forward)
+    named = {n for n, p in forward.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    switches = _config_flags(model) if len(named) < len(forward) else {}
+    unknown = sorted(k for k in kwargs if k not in named and k not in switches)
     if unknown:
         raise ExportError(f"--model-kwargs: {', '.join(unknown)} not an argument of {type(model).__name__}.forward")
-    return dict(kwargs)
+    for key in set(kwargs) - named:
+        setattr(model.config, key, kwargs[key])
+    return {k: v for k, v in kwargs.items() if k in named}
 
 
 def _config_flags(model) -> dict:
