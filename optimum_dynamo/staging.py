@@ -50,9 +50,13 @@ def check_output(output: Path) -> None:
 
 
 def _lock(staging: Path) -> int:
-    fd = os.open(staging / LOCK_FILE, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    """Lock a new file, then rename it to the lock file's name: another run never sees the lock file
+    unlocked (it would take the directory for a dead run's)."""
+    new = staging / f"{LOCK_FILE}.new"
+    fd = os.open(new, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.write(fd, f"{os.getpid()}\n".encode())
+    os.replace(new, staging / LOCK_FILE)
     return fd
 
 
