@@ -51,6 +51,7 @@ def run_cli(args) -> None:
         raise _error("--no-dynamic-axes is not supported with --dynamo")
     options = dict(opset=args.opset, atol=args.atol, trust_remote_code=args.trust_remote_code,
                    hub_options={"cache_dir": args.cache_dir} if args.cache_dir else {})
+    options["optimize_level"] = args.optimize
     try:
         ctx = export_onnx(args.model, args.output, task=args.task, **options)
     except ExportError as e:

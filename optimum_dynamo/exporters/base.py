@@ -125,11 +125,18 @@ class Exporter:
     def export_program(self, ctx: ExportContext) -> None:
         args = ctx.arguments
         _plain_buffers(ctx.model)
-        with patches.applied(), torch.no_grad(), seen_tokens_hook(ctx.model):
+        with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(ctx.model):
             with torch.fx.experimental._config.patch(backed_size_oblivious=True):
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
                 )
+
+
+def _patch_options(options: dict) -> tuple[str, ...]:
+    """Optional patches an export asks for: fused levels keep grouped key/value heads unrepeated."""
+    from ..patches.transformers_gqa import FUSED_ATTENTION
+
+    return (FUSED_ATTENTION,) if options.get("optimize_level") in ("O3", "O4") else ()
 
 
 def _plain_buffers(model) -> None:

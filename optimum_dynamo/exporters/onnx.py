@@ -16,7 +16,7 @@ from ..flatten import flat_outputs
 from ..manifest import runtime_of, write_manifest
 from ..validate import as_dicts, compare, table
 from .base import ExportContext, Exporter, logger, stage
-from .onnx_optimize import optimize
+from .onnx_optimize import check_level, contrib_ops, default_opset, optimize
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
@@ -61,7 +61,7 @@ class OnnxExporter(Exporter):
 
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
-        opset = ctx.options.get("opset")
+        opset = ctx.options.get("opset") or default_opset(ctx.options.get("optimize_level"))
         ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset)
 
     @stage("name inputs and outputs")
@@ -73,7 +73,7 @@ class OnnxExporter(Exporter):
     @stage("optimize")
     def optimize(self, ctx: ExportContext) -> None:
         if ctx.options.get("optimize", True):
-            optimize(ctx.onnx_program.model)
+            optimize(ctx.onnx_program.model, ctx.options.get("optimize_level"))
 
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
@@ -118,16 +118,23 @@ class OnnxExporter(Exporter):
             inputs=ctx.arguments.input_names,
             outputs=ctx.output_names,
             runtime=runtime_of(ctx.task, ctx.output_names),
+            optimize_level=ctx.options.get("optimize_level"),
+            contrib_ops=contrib_ops(ctx.onnx_program.model),
             discrepancies=as_dicts(ctx.discrepancies),
         )
 
 
 def export_onnx(model_id: str, output, task: str | None = None, **options) -> ExportContext:
-    """Export `model_id` (hub id or local dir) to `output` with the dynamo path."""
+    """Export `model_id` (hub id or local dir) to `output` with the dynamo path.
+    `optimize_level="O1".."O3"`: optimum's `--optimize` levels (see `onnx_optimize`)."""
     from pathlib import Path
 
+    check_level(options.get("optimize_level"))
     if _is_encoder_decoder(model_id, task, options):
         from .seq2seq import export_seq2seq
+
+        if options.get("optimize_level"):
+            raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
 
         return export_seq2seq(model_id, output, task, **options)
     ctx = ExportContext(model_id=str(model_id), output=Path(output), task_name=task, options=options)
