@@ -63,6 +63,7 @@ class OnnxExporter(Exporter):
     def translate(self, ctx: ExportContext) -> None:
         opset = ctx.options.get("opset") or default_opset(ctx.options.get("optimize_level"))
         ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset)
+        ctx.program = ctx.onnx_program.exported_program = None  # memory: the ONNX model is what is kept
 
     @stage("name inputs and outputs")
     def name_io(self, ctx: ExportContext) -> None:
@@ -78,6 +79,8 @@ class OnnxExporter(Exporter):
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
         ir.save(ctx.onnx_program.model, ctx.staging / ONNX_FILE, external_data=ONNX_DATA)
+        ctx.manifest["contrib_ops"] = contrib_ops(ctx.onnx_program.model)
+        ctx.onnx_program = None  # memory: validation loads the saved file; one copy of the weights at a time
 
     @stage("copy configs and tokenizer")
     def copy_files(self, ctx: ExportContext) -> None:
@@ -119,7 +122,7 @@ class OnnxExporter(Exporter):
             outputs=ctx.output_names,
             runtime=runtime_of(ctx.task, ctx.output_names),
             optimize_level=ctx.options.get("optimize_level"),
-            contrib_ops=contrib_ops(ctx.onnx_program.model),
+            contrib_ops=ctx.manifest.get("contrib_ops", {}),
             discrepancies=as_dicts(ctx.discrepancies),
         )
 

@@ -1,7 +1,8 @@
 """Graph optimization of an exported ONNX model, by `--optimize` level (optimum's levels and meaning).
 
 - default (no level) and O1: onnxscript's optimizer (constant folding, rewrites, dead code);
-- O2: + shape-computation simplification and common-subexpression elimination (still standard ONNX);
+- O2: + shape-computation simplification, and MatMuls sharing an input packed into one (`onnx_pack`);
+  still standard ONNX;
 - O3: + fusions into onnxruntime's CPU contrib ops (RMSNorm -> SimplifiedLayerNormalization, residual +
   norm -> SkipSimplifiedLayerNormalization, rotary embedding, GELU, bias-GELU), plus — decided before
   translation — SDPA as ONNX `Attention` (opset 23) on unrepeated grouped key/value heads;
@@ -26,6 +27,7 @@ import logging
 import onnx_ir as ir
 
 from ..errors import ExportError
+from .onnx_pack import pack_matmuls
 
 logger = logging.getLogger("optimum_dynamo")
 
@@ -132,6 +134,8 @@ def optimize(model: ir.Model, level: str | None = None) -> ir.Model:
             _simplify_shapes(model)
         if level in FUSED_LEVELS:
             logger.info("    fusions: %s", _fuse_for_onnxruntime(model) or "none matched")
+        if level in ("O2", *FUSED_LEVELS):
+            logger.info("    packed MatMuls: %d fewer", pack_matmuls(model))
     return model
 
 
