@@ -79,7 +79,7 @@ def _fall_back(args, error: Exception) -> None:
     print(f"optimum-cli export onnx --dynamo: warning: dynamo export failed ({reason}); "
           "falling back to the torchscript exporter (--no-fallback to fail instead)", file=sys.stderr)
     with staged(Path(args.output)) as staging:  # a failed fallback leaves nothing behind either
-        export_torchscript(args.model, staging, task, opset=args.opset, atol=args.atol,
+        export_torchscript(args.model, staging, task, opset=args.opset, atol=args.atol, optimize=args.optimize,
                            trust_remote_code=args.trust_remote_code, do_validation=False)
         write_fallback_manifest(staging, model=args.model, task=task, reason=reason)
 
