@@ -2,7 +2,7 @@ PYTHON ?= python3
 PYTEST_ARGS ?=
 SMOKE_ARGS ?=
 
-.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 wheel demo docs clean
+.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 wheel demo bench docs clean
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -67,6 +67,10 @@ test: env-t4 env-t5
 test-all:
 	$(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS) --runslow"
 	$(MAKE) test-t3
+
+# On demand, not in CI: side-by-side export/runtime ratios (benchmarks/run.py --help); several minutes.
+bench: env-t4
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/run.py $(BENCH_ARGS)
 
 demo: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m optimum_dynamo.demo

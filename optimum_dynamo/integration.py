@@ -82,8 +82,8 @@ def run_cli(args) -> None:
 
 def _legacy_options(args) -> dict:
     """The options optimum's own `export onnx` command passes to `main_export`."""
-    return dict(opset=args.opset, atol=args.atol, trust_remote_code=args.trust_remote_code, device=args.device,
-                dtype=args.dtype, pad_token_id=args.pad_token_id, model_kwargs=args.model_kwargs,
+    return dict(opset=args.opset, atol=args.atol, optimize=args.optimize, trust_remote_code=args.trust_remote_code,
+                device=args.device, dtype=args.dtype, pad_token_id=args.pad_token_id, model_kwargs=args.model_kwargs,
                 do_constant_folding=not args.no_constant_folding, library_name=args.library_name,
                 monolith=args.monolith, no_post_process=args.no_post_process, _variant=args.variant,
                 slim=args.slim, cache_dir=args.cache_dir, do_validation=False)

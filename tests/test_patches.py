@@ -1,5 +1,8 @@
 """The patch registry: version gates, signature checks, restore on exit and on failure."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -24,12 +27,29 @@ def test_applied_swaps_and_restores():
     assert masking_utils._ignore_causal_mask_sdpa is original
 
 
-def test_changed_signature_fails_at_registration():
-    with pytest.raises(patches.PatchError, match="no longer matches"):
+def test_changed_signature_fails_when_applied():
+    @patches.register_patch("transformers.masking_utils._ignore_causal_mask_sdpa")
+    def wrong(padding_mask):
+        return False
 
-        @patches.register_patch("transformers.masking_utils._ignore_causal_mask_sdpa")
-        def wrong(padding_mask):
-            return False
+    original = masking_utils._ignore_causal_mask_sdpa
+    try:
+        with pytest.raises(patches.PatchError, match="no longer matches"):
+            with patches.applied():
+                pass
+    finally:
+        patches.unregister_patch(wrong)
+    assert masking_utils._ignore_causal_mask_sdpa is original
+
+
+def test_registration_imports_no_model_module():
+    """Signatures are checked when a patch is applied, for the modules in use: importing the exporters
+    imports none of the patched model modules."""
+    code = ("import sys, optimum_dynamo.exporters; "
+            "print(sorted(m for m in sys.modules if m.startswith('transformers.models.') and '.modeling_' in m))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
 
 
 def test_version_gate_skips_other_versions():

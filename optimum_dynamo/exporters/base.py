@@ -152,7 +152,7 @@ class Exporter:
     def export_program(self, ctx: ExportContext) -> None:
         args = ctx.arguments
         _plain_buffers(ctx.model)
-        with patches.applied(), torch.no_grad(), seen_tokens_hook(ctx.model):
+        with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(ctx.model):
             with torch.fx.experimental._config.patch(backed_size_oblivious=True):
                 ctx.program = torch.export.export(
                     ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
@@ -162,6 +162,13 @@ class Exporter:
 def _first_line(error: Exception) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(error).__name__
+
+
+def _patch_options(options: dict) -> tuple[str, ...]:
+    """Optional patches an export asks for: fused levels keep grouped key/value heads unrepeated."""
+    from ..patches.transformers_gqa import FUSED_ATTENTION
+
+    return (FUSED_ATTENTION,) if options.get("optimize_level") in ("O3", "O4") else ()
 
 
 def _plain_buffers(model) -> None:

@@ -18,7 +18,7 @@ from ..manifest import runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..validate import as_dicts, compare, table
 from .base import ExportContext, Exporter, logger, stage
-from .onnx_optimize import optimize
+from .onnx_optimize import check_level, contrib_ops, default_opset, optimize
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
@@ -83,9 +83,10 @@ class OnnxExporter(Exporter):
 
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
-        opset = ctx.options.get("opset")
+        opset = ctx.options.get("opset") or default_opset(ctx.options.get("optimize_level"))
         ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset,
                                              verbose=None if is_verbose() else False)
+        ctx.program = ctx.onnx_program.exported_program = None  # memory: the ONNX model is what is kept
 
     @stage("name inputs and outputs")
     def name_io(self, ctx: ExportContext) -> None:
@@ -96,11 +97,13 @@ class OnnxExporter(Exporter):
     @stage("optimize")
     def optimize(self, ctx: ExportContext) -> None:
         if ctx.options.get("optimize", True):
-            optimize(ctx.onnx_program.model)
+            optimize(ctx.onnx_program.model, ctx.options.get("optimize_level"))
 
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
         ir.save(ctx.onnx_program.model, ctx.staging / ONNX_FILE, external_data=ONNX_DATA)
+        ctx.manifest["contrib_ops"] = contrib_ops(ctx.onnx_program.model)
+        ctx.onnx_program = None  # memory: validation loads the saved file; one copy of the weights at a time
         if ctx.options.get("slim"):
             slim(ctx.staging / ONNX_FILE, ONNX_DATA)
 
@@ -143,6 +146,8 @@ class OnnxExporter(Exporter):
             outputs=ctx.output_names,
             runtime=runtime_of(ctx.task, ctx.output_names),
             dtype=ctx.options.get("dtype") or "fp32",
+            optimize_level=ctx.options.get("optimize_level"),
+            contrib_ops=ctx.manifest.get("contrib_ops", {}),
             discrepancies=as_dicts(ctx.discrepancies),
         )
 
@@ -183,7 +188,8 @@ def copy_files(ctx: ExportContext) -> None:
 
 def export_onnx(model, output, task: str | None = None, **options) -> ExportContext:
     """Export `model` (hub id, local dir, or an in-memory `PreTrainedModel`, captured as it is) to `output`
-    with the dynamo path."""
+    with the dynamo path. `optimize_level="O1".."O3"`: optimum's `--optimize` levels (see `onnx_optimize`)."""
+    check_level(options.get("optimize_level"))
     loaded = None if isinstance(model, (str, Path)) else model
     model_id = str(model) if loaded is None else (getattr(loaded, "name_or_path", "") or type(loaded).__name__)
     encoder_decoder = _is_encoder_decoder(model_id, task, options, loaded)
@@ -192,6 +198,8 @@ def export_onnx(model, output, task: str | None = None, **options) -> ExportCont
 
         raise FlagError("--monolith: encoder-decoder models are exported as encoder + decoder graphs with --dynamo "
                         "(optimum's runtime loads them so); drop --monolith or export without --dynamo")
+    if encoder_decoder and options.get("optimize_level"):
+        raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
     if encoder_decoder:
         from .seq2seq import Seq2SeqContext, Seq2SeqOnnxExporter
 

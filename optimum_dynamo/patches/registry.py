@@ -5,9 +5,10 @@
     def never_skip_mask(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
         return False
 
-A patch whose target exists but whose parameters differ from the replacement's raises
-`PatchError` at registration. `applied()` swaps every active patch in and always restores them.
-Patches are process-wide: do not export from two threads at once.
+Checks are lazy (registration imports nothing): `applied()` swaps in each active patch whose target
+module is already imported (a model being exported has imported its modules; the others cannot be in use),
+checks its signature first — a target whose parameters differ from the replacement's raises `PatchError` —
+and always restores them. Patches are process-wide: do not export from two threads at once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ class Patch:
     versions: dict[str, str] = field(default_factory=dict)
     reason: str = ""
     check_signature: bool = True
+    option: str | None = None  # applied only when an export asks for this option (e.g. "fused_attention")
 
     @property
     def name(self) -> str:
@@ -69,6 +72,16 @@ class Patch:
             break
         raise PatchError(f"patch {self.name}: target {self.target} does not exist")
 
+    def in_use(self) -> bool:
+        """Whether the module holding the target is imported (nothing is imported to tell): the deepest
+        imported prefix is that module, or a package whose next name is already loaded."""
+        parts = self.target.split(".")
+        for split in range(len(parts) - 1, 0, -1):
+            module = sys.modules.get(".".join(parts[:split]))
+            if module is not None:
+                return not hasattr(module, "__path__") or parts[split] in vars(module)
+        return False
+
     def check(self) -> None:
         if not self.check_signature:
             return
@@ -91,14 +104,13 @@ _ORIGINALS: dict[str, Any] = {}
 _LOCK = threading.RLock()
 
 
-def register_patch(target: str, *, versions: dict[str, str] | None = None, reason: str = "", check_signature=True):
-    """Decorator: the function replaces `target` while patches are applied."""
+def register_patch(target: str, *, versions: dict[str, str] | None = None, reason: str = "", check_signature=True,
+                   option: str | None = None):
+    """Decorator: the function replaces `target` while patches are applied (with `option`: only when
+    `applied(options=...)` names it)."""
 
     def decorator(fn):
-        patch = Patch(target, fn, dict(versions or {}), reason, check_signature)
-        if patch.is_active():
-            patch.check()
-        _PATCHES.append(patch)
+        _PATCHES.append(Patch(target, fn, dict(versions or {}), reason, check_signature, option))
         return fn
 
     return decorator
@@ -119,9 +131,12 @@ def original(target: str) -> Any:
 
 
 @contextmanager
-def applied(patches: list[Patch] | None = None):
-    """Swap the patches in; restore every swapped attribute on exit, also on error."""
-    patches = active_patches() if patches is None else patches
+def applied(patches: list[Patch] | None = None, options: tuple[str, ...] = ()):
+    """Swap the patches in (by default: the active ones whose target module is imported, and whose option,
+    if any, is in `options`), checking each signature first; restore every swapped attribute on exit, also
+    on error."""
+    if patches is None:
+        patches = [p for p in active_patches() if p.in_use() and (p.option is None or p.option in options)]
     done: list[tuple[Patch, Any, str, Any]] = []
     with _LOCK:
         try:

@@ -1,0 +1,171 @@
+"""Side-by-side benchmark of the `--dynamo` and torchscript exporters (on demand: `make bench`).
+
+Builds its models from config (random weights, no Hub), exports each with both exporters through the
+real `optimum-cli` (one child process per export: wall time and peak RSS of that child), then measures
+in this process: decode-step latency (batch 1, past 128, 1 and 2 threads), greedy tokens/s through
+ORTModelForCausalLM (checked against PyTorch's tokens), and the capture's overhead over one plain
+`generate`. Prints ratios measured in the same run; graphs alternate within each timing round.
+
+    python benchmarks/run.py [--models tiny,llama56m] [--work DIR] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import decode_step  # noqa: E402
+
+MODELS = {
+    "tiny": dict(model_type="llama"),
+    "llama56m": dict(model_type="llama", vocab_size=32000, hidden_size=512, intermediate_size=1376,
+                     num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+                     max_position_embeddings=2048),
+    "qwen05b": dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                    num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
+                    max_position_embeddings=4096, tie_word_embeddings=True),
+}
+# (label, exporter flags); the first is the reference of every ratio
+EXPORTS = [
+    ("torchscript", []),
+    ("torchscript O3", ["--optimize", "O3"]),
+    ("dynamo", ["--dynamo"]),
+    ("dynamo O1", ["--dynamo", "--optimize", "O1"]),
+    ("dynamo O2", ["--dynamo", "--optimize", "O2"]),
+    ("dynamo O3", ["--dynamo", "--optimize", "O3"]),
+]
+
+
+def build(name: str, root: Path) -> Path:
+    from optimum_dynamo.tiny import save_tiny_decoder
+
+    spec = dict(MODELS[name])
+    return save_tiny_decoder(spec.pop("model_type"), root / name, **spec)
+
+
+def export(checkpoint: Path, out: Path, flags: list[str]) -> dict:
+    """One `optimum-cli export onnx` child: wall seconds, peak RSS (MB) of that child."""
+    cli = Path(sys.executable).parent / "optimum-cli"
+    cmd = [str(cli), "export", "onnx", *flags, "--model", str(checkpoint), "--task", "text-generation-with-past", str(out)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed, see {out.parent / (out.name + '.log')}")
+    manifest = out / "optimum_dynamo.json"
+    ops = json.loads(manifest.read_text()).get("contrib_ops", {}) if manifest.exists() else {}
+    if not manifest.exists():
+        ops = torchscript_contrib_ops(out / "model.onnx")
+    return dict(wall_s=wall, rss_mb=usage.ru_maxrss / 1024, nodes=node_count(out / "model.onnx"), ops=ops)
+
+
+def node_count(path: Path) -> int:
+    import onnx
+
+    return len(onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def torchscript_contrib_ops(path: Path) -> dict:
+    import collections
+
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return dict(collections.Counter(n.op_type for n in graph.node if n.domain == "com.microsoft"))
+
+
+def greedy_tok_s(out: Path, checkpoint: Path, tokens: int, rounds: int = 3) -> tuple[float, bool]:
+    """Greedy tokens/s of batch 1 through ORTModelForCausalLM, and whether they equal PyTorch's."""
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21, 25, 29]])
+    args = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, min_new_tokens=tokens,
+                do_sample=False, pad_token_id=0)
+    model = ORTModelForCausalLM.from_pretrained(out)
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        got = model.generate(**args)
+        best = min(best, time.perf_counter() - start)
+    expected = AutoModelForCausalLM.from_pretrained(checkpoint).eval().generate(**args)
+    return tokens / best, bool(torch.equal(got, expected))
+
+
+def capture_overhead(checkpoint: Path, rounds: int = 3) -> float:
+    """Time of the capture driver under the InputObserver over the same driver unobserved (min of rounds)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from optimum_dynamo.capture import InputObserver
+    from optimum_dynamo.capture.drivers import drive_text_generation
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    plain = observed = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        drive_text_generation(model, tokenizer)
+        plain = min(plain, time.perf_counter() - start)
+        start = time.perf_counter()
+        with InputObserver(model, "model"):
+            drive_text_generation(model, tokenizer)
+        observed = min(observed, time.perf_counter() - start)
+    return observed / plain
+
+
+def versions() -> str:
+    from optimum_dynamo.manifest import versions as found
+
+    return ", ".join(f"{k} {v}" for k, v in found().items())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="tiny,llama56m")
+    parser.add_argument("--work", default=None)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--exports", default=",".join(label for label, _ in EXPORTS))
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = Path(args.work or tempfile.mkdtemp(prefix="optimum-dynamo-bench-"))
+    wanted = args.exports.split(",")
+    print(f"# {datetime.date.today()} | {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()} | {versions()}")
+    for name in args.models.split(","):
+        checkpoint = build(name, root / "checkpoints")
+        rows = {}
+        for label, flags in EXPORTS:
+            if label in wanted:
+                rows[label] = export(checkpoint, root / name / label.replace(" ", "_"), flags)
+        paths = {label: root / name / label.replace(" ", "_") / "model.onnx" for label in rows}
+        steps = {threads: decode_step.step_ms({k: str(p) for k, p in paths.items()}, threads) for threads in (1, 2)}
+        ref = next(iter(rows))
+        print(f"\n## {name}: ratios vs {ref} (>1 = faster / smaller for speed and RSS; <1 = faster for export wall)")
+        print("| export | wall s (ratio) | peak RSS MB (ratio) | nodes | contrib ops | step 1 thr ms (speedup) "
+              "| step 2 thr ms (speedup) | greedy tok/s | tokens = PyTorch |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for label, row in rows.items():
+            tok_s, same = greedy_tok_s(paths[label].parent, checkpoint, args.tokens)
+            s1, s2 = steps[1][label], steps[2][label]
+            ops = ", ".join(f"{k} {v}" for k, v in row["ops"].items()) or "—"
+            print(f"| {label} | {row['wall_s']:.1f} ({row['wall_s'] / rows[ref]['wall_s']:.2f}) "
+                  f"| {row['rss_mb']:.0f} ({row['rss_mb'] / rows[ref]['rss_mb']:.2f}) | {row['nodes']} | {ops} "
+                  f"| {s1:.2f} ({steps[1][ref] / s1:.2f}) | {s2:.2f} ({steps[2][ref] / s2:.2f}) | {tok_s:.0f} | {same} |")
+        print(f"\ncapture overhead ({name}): observed drive / plain drive = {capture_overhead(checkpoint):.2f}")
+
+
+if __name__ == "__main__":
+    main()
