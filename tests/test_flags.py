@@ -40,9 +40,10 @@ def test_an_option_without_a_row_is_refused_when_set():
     assert notices == [] and "future_flag" not in options
 
 
-def test_optimize_row_passes_the_level_once_honoured():
-    row = flags.FLAGS["--optimize".lstrip("-")]
-    assert row.kind == flags.REFUSED and row.option == "optimize_level"
+def test_optimize_row_passes_the_level():
+    row = flags.FLAGS["optimize"]
+    assert row.kind == flags.HONOURED and row.option == "optimize_level"
+    assert flags.resolve({"optimize": "O3"}, {"optimize": None})[0]["optimize_level"] == "O3"
 
 
 def test_usage_docs_show_the_table():
@@ -51,7 +52,6 @@ def test_usage_docs_show_the_table():
 
 
 REFUSED = [
-    (["--optimize", "O2"], "--optimize is not supported with --dynamo yet; export without --optimize"),
     (["--dtype", "bf16"], "--dtype bf16: onnxruntime's CPU provider has no bfloat16 kernels"),
     (["--device", "cuda"], "--device cuda: no CUDA device is available"),
     (["--library-name", "sentence_transformers"], "--library-name sentence_transformers: sentence-transformers models"),
