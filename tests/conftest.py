@@ -22,19 +22,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def memoized(make):
+    """make(key) once per key: get(key) -> its result."""
+    made = {}
+
+    def get(key):
+        if key not in made:
+            made[key] = make(key)
+        return made[key]
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
     """Tiny decoder checkpoints, built once per session: checkpoints("llama") -> path."""
     from optimum_dynamo.tiny import save_tiny_decoder
 
-    root, built = tmp_path_factory.mktemp("checkpoints"), {}
-
-    def get(model_type: str) -> Path:
-        if model_type not in built:
-            built[model_type] = save_tiny_decoder(model_type, root / model_type)
-        return built[model_type]
-
-    return get
+    root = tmp_path_factory.mktemp("checkpoints")
+    return memoized(lambda model_type: save_tiny_decoder(model_type, root / model_type))
 
 
 def optimum_cli(*args: str) -> subprocess.CompletedProcess:
@@ -43,21 +49,19 @@ def optimum_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=900)
 
 
+def cli_export(out: Path, *args) -> Path:
+    """`optimum-cli export onnx --dynamo ARGS OUT`, asserted to succeed."""
+    run = optimum_cli("export", "onnx", "--dynamo", *args, out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
 @pytest.fixture(scope="session")
 def dynamo_exports(checkpoints, tmp_path_factory):
     """`optimum-cli export onnx --dynamo` outputs, made once per session: dynamo_exports("llama") -> dir."""
-    root, made = tmp_path_factory.mktemp("dynamo"), {}
-
-    def get(model_type: str) -> Path:
-        if model_type not in made:
-            out = root / model_type
-            run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints(model_type),
-                              "--task", "text-generation-with-past", out)
-            assert run.returncode == 0, run.stderr[-3000:]
-            made[model_type] = out
-        return made[model_type]
-
-    return get
+    root = tmp_path_factory.mktemp("dynamo")
+    return memoized(lambda model_type: cli_export(root / model_type, "--model", checkpoints(model_type),
+                                                  "--task", "text-generation-with-past"))
 
 
 # Checkpoints as many users have them: `model.save_pretrained` only (no tokenizer or processor files),
@@ -79,29 +83,14 @@ def bare_checkpoints(tmp_path_factory):
     """bare_checkpoints("bert") -> a checkpoint dir without preprocessor files and pad_token_id."""
     from optimum_dynamo.tiny import save_tiny_model
 
-    root, built = tmp_path_factory.mktemp("bare"), {}
-
-    def get(model_type: str) -> Path:
-        if model_type not in built:
-            task = BARE[model_type][0].removesuffix("-with-past")
-            built[model_type] = save_tiny_model(model_type, task, root / model_type, bare=True)
-        return built[model_type]
-
-    return get
+    root = tmp_path_factory.mktemp("bare")
+    return memoized(lambda model_type: save_tiny_model(
+        model_type, BARE[model_type][0].removesuffix("-with-past"), root / model_type, bare=True))
 
 
 @pytest.fixture(scope="session")
 def bare_exports(bare_checkpoints, tmp_path_factory):
     """`optimum-cli export onnx --dynamo` of a bare checkpoint, made once per session."""
-    root, made = tmp_path_factory.mktemp("bare-onnx"), {}
-
-    def get(model_type: str) -> Path:
-        if model_type not in made:
-            out = root / model_type
-            run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", bare_checkpoints(model_type),
-                              "--task", BARE[model_type][0], out)
-            assert run.returncode == 0, run.stderr[-3000:]
-            made[model_type] = out
-        return made[model_type]
-
-    return get
+    root = tmp_path_factory.mktemp("bare-onnx")
+    return memoized(lambda model_type: cli_export(root / model_type, "--no-fallback", "--model",
+                                                  bare_checkpoints(model_type), "--task", BARE[model_type][0]))
