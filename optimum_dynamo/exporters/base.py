@@ -22,6 +22,7 @@ import torch
 
 from .. import flatten, patches, quiet
 from ..capture import CaptureError, InputObserver, infer_arguments
+from ..capture.drivers import is_state_model
 from ..errors import ExportError, PipelineError
 from ..flags import DTYPES
 from ..options import check_options
@@ -142,8 +143,11 @@ class Exporter:
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
         constants.update(model_kwargs(ctx.model, ctx.options.get("model_kwargs")))
-        try:  # text axes (batch, sequence) are dynamic by meaning, even if every call had one size
-            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants, dynamic_sequence=True)
+        # Text axes (batch, sequence) are dynamic by meaning, even if every call had one size; state models
+        # (Mamba, hybrids) are stepped one token per call by design, so their sequence axis is 1.
+        stepped = ctx.task.with_past and is_state_model(ctx.model)
+        try:
+            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants, dynamic_sequence=not stepped)
         except CaptureError as e:
             raise PipelineError(str(e)) from e
 
