@@ -125,3 +125,23 @@ def test_model_kwargs_reach_the_forward(bare_checkpoints, tmp_path):
     outputs = [o.name for o in onnx.load(out / "model.onnx", load_external_data=False).graph.output]
     assert outputs[0] == "last_hidden_state" and [o for o in outputs if o.startswith("hidden_states.")] == [
         f"hidden_states.{i}" for i in range(3)]
+
+
+def test_slim_runs_onnxslim_when_installed(checkpoints, tmp_path):
+    """T4 installs onnxslim (T5 does not: there --slim is refused, above)."""
+    if importlib.util.find_spec("onnxslim") is None:
+        pytest.skip("onnxslim is not installed: --slim is refused")
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from parity import assert_causal_lm_parity, padded_batch
+
+    plain, slim = tmp_path / "plain", tmp_path / "slim"
+    for out, extra in ((plain, []), (slim, ["--slim"])):
+        run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), *extra, out)
+        assert run.returncode == 0, run.stderr[-2000:]
+    nodes = [len(onnx.load(str(d / "model.onnx"), load_external_data=False).graph.node) for d in (plain, slim)]
+    assert nodes[1] < nodes[0], nodes  # onnxslim ran on the saved graph
+    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
+    assert_causal_lm_parity(ORTModelForCausalLM.from_pretrained(slim), torch_model,
+                            padded_batch(AutoTokenizer.from_pretrained(slim)))
