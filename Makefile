@@ -24,6 +24,7 @@ env-t5: .venv-t5/.done
 .venv-t5/.done: .ci/t5.txt pyproject.toml
 	$(PYTHON) -m venv .venv-t5
 	.venv-t5/bin/pip install -q -r .ci/t5.txt
+	.venv-t5/bin/pip install -q --no-deps optimum-executorch==1.1.0
 	.venv-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
 	.venv-t5/bin/pip install -q --no-deps -e .
 	touch $@
