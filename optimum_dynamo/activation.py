@@ -34,5 +34,6 @@ def install() -> None:
     for module in _RUNTIME_MODULES:
         when_imported(module, _integration("patch_runtime"))
     when_imported("optimum.commands.export.onnx", _integration("install_cli_command"))
+    when_imported("optimum.commands.export.executorch", _integration("install_executorch_command"))
     for module in ("optimum.exporters.onnx.convert", "optimum.exporters.onnx.__main__"):
         when_imported(module, _integration("patch_export_functions"))

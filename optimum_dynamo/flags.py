@@ -151,20 +151,24 @@ PYTHON_NAMES: dict[str, tuple[str, Callable[[Any], Any]]] = {
 }
 
 
-def spelling(dest: str) -> str:
-    return FLAGS[dest].spelling if dest in FLAGS else f"--{dest}"
+def spelling(dest: str, table: dict[str, Flag] | None = None) -> str:
+    table = FLAGS if table is None else table
+    return table[dest].spelling if dest in table else f"--{dest}"
 
 
-def resolve(values: dict[str, Any], defaults: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def resolve(values: dict[str, Any], defaults: dict[str, Any],
+            table: dict[str, Flag] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Export options from option values (dest -> value), and the notices for ignored options.
-    Raises FlagError (one line) for a refused option, or an unknown one set to a non-default value."""
+    Raises FlagError (one line) for a refused option, or an unknown one set to a non-default value.
+    `table`: the command's flag table (default: `export onnx`'s, FLAGS)."""
+    table = FLAGS if table is None else table
     options: dict[str, Any] = {"hub_options": {}}
     notices = []
     for dest, value in values.items():
-        row, default = FLAGS.get(dest), defaults.get(dest)
+        row, default = table.get(dest), defaults.get(dest)
         if row is None:
             if value != default:
-                raise FlagError(f"{spelling(dest)} is not known to optimum-dynamo (new in this optimum?): it would "
+                raise FlagError(f"{spelling(dest, table)} is not known to optimum-dynamo (new in this optimum?): it would "
                                 "be ignored, so it is refused; drop it or export without --dynamo")
             continue
         if row.kind == REFUSED:
@@ -217,10 +221,10 @@ def python_values(function: Callable, kwargs: dict[str, Any]) -> tuple[dict[str,
     return keyed(kwargs), keyed(defaults)
 
 
-def markdown_table() -> str:
-    """The table as docs/usage.md shows it."""
+def markdown_table(table: dict[str, Flag] | None = None) -> str:
+    """The table as the docs show it (default: `export onnx`'s, in docs/usage.md)."""
     lines = ["| option | under --dynamo | |", "|---|---|---|"]
-    lines += [f"| `{row.spelling}` | {row.kind} | {row.note} |" for row in FLAGS.values()]
+    lines += [f"| `{row.spelling}` | {row.kind} | {row.note} |" for row in (FLAGS if table is None else table).values()]
     return "\n".join(lines)
 
 

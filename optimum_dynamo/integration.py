@@ -152,32 +152,45 @@ def _wrap_python_export(module, name: str, model_parameter: str) -> None:
     setattr(module, name, wrapper)
 
 
-def install_cli(command_class) -> None:
+def wrap_command(command_class, add_arguments, run_dynamo, error, run_original=None) -> None:
+    """Give an optimum CLI command optimum-dynamo's options (`add_arguments(parser)`): with --dynamo (or the
+    environment's default) `run_dynamo(self, original_run)` runs, else `run_original(self, original_run)`
+    (default: the command's own run). `error(message)` makes the one error line. Idempotent."""
     if command_class.__dict__.get("_optimum_dynamo"):
         return
     parse_args, run = command_class.parse_args, command_class.run
 
     def parse_args_with_dynamo(parser):
         parse_args(parser)
-        add_cli_arguments(parser)
+        add_arguments(parser)
 
     @functools.wraps(run)
     def run_with_dynamo(self):
         try:
             dynamo = use_dynamo(getattr(self.args, "dynamo", None))
         except ExportError as e:
-            raise _error(str(e)) from None
+            raise error(str(e)) from None
         if dynamo:
-            return run_cli(self.args)
-        from legacy_bridge.torchscript import deprecation_notice
-
-        deprecation_notice()
+            return run_dynamo(self, run)
         with torchscript_chosen():
-            return run(self)
+            return run_original(self, run) if run_original else run(self)
 
     command_class.parse_args = staticmethod(parse_args_with_dynamo)
     command_class.run = run_with_dynamo
     command_class._optimum_dynamo = True
+
+
+def _run_torchscript(command, run) -> None:
+    from legacy_bridge.torchscript import deprecation_notice
+
+    deprecation_notice()
+    run(command)
+
+
+def install_cli(command_class) -> None:
+    """`--dynamo` on optimum-onnx's `export onnx` command."""
+    wrap_command(command_class, add_cli_arguments, lambda command, run: run_cli(command.args), _error,
+                 _run_torchscript)
 
 
 def _wrap_export(cls) -> None:
@@ -224,6 +237,13 @@ def patch_runtime(module) -> None:
 def install_cli_command(module) -> None:
     """Add `--dynamo` to `optimum.commands.export.onnx.ONNXExportCommand`."""
     install_cli(module.ONNXExportCommand)
+
+
+def install_executorch_command(module) -> None:
+    """Add `--dynamo` to optimum-executorch's `optimum.commands.export.executorch.ExecuTorchExportCommand`."""
+    from .executorch_cli import install
+
+    install(module)
 
 
 def patch_export_functions(module) -> None:

@@ -1,0 +1,62 @@
+"""The `optimum-cli export` commands optimum-dynamo's register file adds.
+
+optimum-onnx and optimum-executorch both ship `optimum/commands/register/register_export.py`: the package
+installed last overwrites the other's file and that command disappears from `optimum-cli export`. optimum-cli
+imports every file of the `optimum.commands.register` namespace; ours (`register_dynamo.py`) adds back each
+export command whose package is installed but that no other register file registers, and its own `export
+executorch` command when optimum-executorch is not installed. No file of either package is edited.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+NAMESPACE = "optimum.commands.register"
+# command name under `export` -> (module, class) of the package that provides it
+EXPORT_COMMANDS = {
+    "onnx": ("optimum.commands.export.onnx", "ONNXExportCommand"),
+    "executorch": ("optimum.commands.export.executorch", "ExecuTorchExportCommand"),
+}
+
+
+def registered_elsewhere(own: str) -> set[str]:
+    """Names of the commands registered by the namespace's other files (imported as optimum-cli imports them;
+    a file that fails to import is left for optimum-cli to report)."""
+    spec = importlib.util.find_spec(NAMESPACE)
+    names = set()
+    for directory in set(spec.submodule_search_locations or ()) if spec else ():
+        for file in sorted(Path(directory).glob("*.py")):
+            name = f"{NAMESPACE}.{file.stem}"
+            if name == own:
+                continue
+            try:
+                module = importlib.import_module(name)
+            except Exception:
+                continue
+            for entry in getattr(module, "REGISTER_COMMANDS", []):
+                command = entry[0] if isinstance(entry, tuple) else entry
+                names.add(getattr(getattr(command, "COMMAND", command), "name", None))
+    return names
+
+
+def export_commands(own: str) -> list[tuple]:
+    """REGISTER_COMMANDS entries for the export commands missing from `optimum-cli export`."""
+    from optimum.commands.export.base import ExportCommand
+
+    present = registered_elsewhere(own)
+    commands = []
+    for name, (module, class_name) in EXPORT_COMMANDS.items():
+        if name in present:
+            continue
+        if importlib.util.find_spec(module) is not None:  # installed; its register file was overwritten
+            commands.append((getattr(importlib.import_module(module), class_name), ExportCommand))
+        elif name == "executorch":
+            from .executorch_cli import command_class
+
+            commands.append((command_class(), ExportCommand))
+    return commands
+
+
+__all__ = ["EXPORT_COMMANDS", "export_commands", "registered_elsewhere"]
