@@ -24,6 +24,8 @@ EXPORT_COMMANDS = {
 def registered_elsewhere(own: str) -> set[str]:
     """Names of the commands registered by the namespace's other files (imported as optimum-cli imports them;
     a file that fails to import is left for optimum-cli to report)."""
+    from .quiet import import_noise
+
     spec = importlib.util.find_spec(NAMESPACE)
     names = set()
     for directory in set(spec.submodule_search_locations or ()) if spec else ():
@@ -32,7 +34,8 @@ def registered_elsewhere(own: str) -> set[str]:
             if name == own:
                 continue
             try:
-                module = importlib.import_module(name)
+                with import_noise():  # optimum-executorch's imports transformers.pipelines (torchao)
+                    module = importlib.import_module(name)
             except Exception:
                 continue
             for entry in getattr(module, "REGISTER_COMMANDS", []):
@@ -45,13 +48,16 @@ def export_commands(own: str) -> list[tuple]:
     """REGISTER_COMMANDS entries for the export commands missing from `optimum-cli export`."""
     from optimum.commands.export.base import ExportCommand
 
+    from .quiet import import_noise
+
     present = registered_elsewhere(own)
     commands = []
     for name, (module, class_name) in EXPORT_COMMANDS.items():
         if name in present:
             continue
         if importlib.util.find_spec(module) is not None:  # installed; its register file was overwritten
-            commands.append((getattr(importlib.import_module(module), class_name), ExportCommand))
+            with import_noise():  # optimum-executorch's command imports transformers.pipelines (torchao)
+                commands.append((getattr(importlib.import_module(module), class_name), ExportCommand))
         elif name == "executorch":
             from .executorch_cli import command_class
 

@@ -18,6 +18,9 @@ LOGGER = "optimum_dynamo"
 # (e.g. torch.onnx's "torchvision is not installed. Skipping torchvision::nms").
 NOISY_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "torch.fx", "torch._dynamo", "torch.utils._sympy",
                  "onnxscript", "onnx_ir")
+# Loggers that speak when their library is imported, about its own build (torchao, pulled in by executorch and
+# imported by transformers: "Failed to load .../torchao/_C_mxfp8...so"): quiet for the whole CLI run.
+IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 # Warnings raised inside torch/onnxscript about their own APIs, which the user cannot act on.
 NOISY_WARNINGS = (
     (FutureWarning, r".*LeafSpec.*"),
@@ -42,6 +45,23 @@ def configure_cli(verbose: bool = False) -> None:
         root.addHandler(handler)
         root.propagate = False
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not verbose:
+        for log in map(logging.getLogger, IMPORT_NOISE):
+            if log.level == logging.NOTSET:
+                log.setLevel(logging.ERROR)
+
+
+@contextmanager
+def import_noise() -> Iterator[None]:
+    """Quiet IMPORT_NOISE while importing a module that imports those libraries (levels set by the user kept)."""
+    lowered = [(log, log.level) for log in map(logging.getLogger, IMPORT_NOISE) if log.level == logging.NOTSET]
+    for log, _ in lowered:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for log, level in lowered:
+            log.setLevel(level)
 
 
 @contextmanager
