@@ -71,6 +71,30 @@ def test_greedy_and_scores_match_pytorch(model_type, seq2seq):
     assert max(row["max_abs"] for row in manifest["discrepancies"]) < ATOL
 
 
+def test_tiny_norm_eps_gives_no_nan_on_padded_rows(tmp_path):
+    """Encoder-decoder graphs go through the decoders' optimizer: onnxscript's default rules dropped
+    `x + 1e-8` as a no-op, so the RMSNorm of a padded row (a zero pad embedding) divided by zero."""
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    ckpt = save_tiny_model("t5", "text2text-generation", tmp_path / "t5", layer_norm_epsilon=1e-8)
+    model = AutoModelForSeq2SeqLM.from_pretrained(ckpt)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[model.config.pad_token_id] = 0
+    model.save_pretrained(ckpt)
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", TASK, tmp_path / "onnx")
+    assert run.returncode == 0, run.stderr[-3000:]
+    torch_model = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
+    ort_model = ORTModelForSeq2SeqLM.from_pretrained(tmp_path / "onnx")
+    inputs = _batch(AutoTokenizer.from_pretrained(ckpt))
+    with torch.no_grad():
+        expected = _generate(torch_model, inputs)
+    got = _generate(ort_model, inputs)
+    assert not any(s.isnan().any() for s in got.scores)
+    assert torch.equal(got.sequences, expected.sequences)
+    diff = max((a - b)[b.isfinite()].abs().max().item() for a, b in zip(got.scores, expected.scores))
+    assert diff < ATOL, f"scores differ by {diff:.3e}"
+
+
 def test_from_pretrained_export_dynamo(tmp_path):
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 

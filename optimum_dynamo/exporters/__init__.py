@@ -2,6 +2,7 @@
 
 from .base import ExportContext, Exporter, stage
 from .observed import ObservedOnnxExporter, export_observed
-from .onnx import OnnxExporter, export_onnx
+from .entry import export_onnx
+from .onnx import OnnxExporter
 
 __all__ = ["ExportContext", "Exporter", "ObservedOnnxExporter", "OnnxExporter", "export_observed", "export_onnx", "stage"]

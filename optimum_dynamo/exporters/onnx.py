@@ -12,13 +12,13 @@ from pathlib import Path
 import onnx_ir as ir
 import torch
 
-from ..errors import ExportError, PipelineError
+from ..errors import PipelineError
 from ..flatten import flat_outputs
 from ..manifest import runtime_of, write_manifest
 from ..quiet import is_verbose
-from ..validate import as_dicts, compare, table
+from ..validate import as_dicts, compare, gate, table
 from .base import ExportContext, Exporter, logger, stage
-from .onnx_optimize import check_level, contrib_ops, default_opset, optimize
+from .onnx_optimize import contrib_ops, default_opset, optimize
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
@@ -83,10 +83,8 @@ class OnnxExporter(Exporter):
 
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
-        opset = ctx.options.get("opset") or default_opset(ctx.options.get("optimize_level"))
-        ctx.onnx_program = torch.onnx.export(ctx.program, dynamo=True, optimize=False, opset_version=opset,
-                                             verbose=None if is_verbose() else False)
-        ctx.program = ctx.onnx_program.exported_program = None  # memory: the ONNX model is what is kept
+        ctx.onnx_program = translate_program(ctx.program, ctx.options)
+        ctx.program = None  # memory: the ONNX model is what is kept
 
     @stage("name inputs and outputs")
     def name_io(self, ctx: ExportContext) -> None:
@@ -96,16 +94,13 @@ class OnnxExporter(Exporter):
 
     @stage("optimize")
     def optimize(self, ctx: ExportContext) -> None:
-        if ctx.options.get("optimize", True):
-            optimize(ctx.onnx_program.model, ctx.options.get("optimize_level"))
+        optimize_graph(ctx.onnx_program.model, ctx.options)
 
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
-        ir.save(ctx.onnx_program.model, ctx.staging / ONNX_FILE, external_data=ONNX_DATA)
         ctx.manifest["contrib_ops"] = contrib_ops(ctx.onnx_program.model)
+        save_graph(ctx.onnx_program.model, ctx.staging, (ONNX_FILE, ONNX_DATA), ctx.options)
         ctx.onnx_program = None  # memory: validation loads the saved file; one copy of the weights at a time
-        if ctx.options.get("slim"):
-            slim(ctx.staging / ONNX_FILE, ONNX_DATA)
 
     @stage("copy configs and tokenizer")
     def copy_files(self, ctx: ExportContext) -> None:
@@ -113,28 +108,11 @@ class OnnxExporter(Exporter):
 
     @stage("validate with onnxruntime")
     def validate(self, ctx: ExportContext) -> None:
-        import onnxruntime as ort
-
         if ctx.options.get("validate") is False:  # do_validation=False
             logger.info("    skipped (do_validation=False)")
             return
-        session = ort.InferenceSession(str(ctx.staging / ONNX_FILE), providers=["CPUExecutionProvider"])
-        ctx.discrepancies = compare(
-            session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.model, ctx.options.get("fill")
-        )
-        logger.info("    onnxruntime vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
-        atol = ctx.options.get("atol")
-        worst = max(ctx.discrepancies, key=lambda r: r.max_abs, default=None)
-        if atol is None and worst is not None and worst.max_abs > warn_above(ctx.options):
-            logger.warning(
-                "    warning: output %r differs from PyTorch by %.3e (> %g); pass --atol to make this an error",
-                worst.output, worst.max_abs, warn_above(ctx.options),
-            )
-        if atol is not None and worst is not None and worst.max_abs > atol:
-            raise ExportError(
-                f"output {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} > atol {atol:g} "
-                f"(call {worst.worst_call})"
-            )
+        ctx.discrepancies = validate_graph(ctx.staging / ONNX_FILE, ctx.observer.calls, ctx.arguments,
+                                           ctx.output_names, ctx.model, ctx.options)
 
     @stage("write manifest")
     def manifest(self, ctx: ExportContext) -> None:
@@ -150,6 +128,46 @@ class OnnxExporter(Exporter):
             contrib_ops=ctx.manifest.get("contrib_ops", {}),
             discrepancies=as_dicts(ctx.discrepancies),
         )
+
+
+# ── One graph's ONNX steps: every exporter (decoder, encoder-decoder components) runs these ──
+
+
+def translate_program(program: torch.export.ExportedProgram, options: dict):
+    """torch.onnx's translation (no optimization: `optimize_graph` does it); the opset follows --opset,
+    else what --optimize needs."""
+    opset = options.get("opset") or default_opset(options.get("optimize_level"))
+    onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
+                                     verbose=None if is_verbose() else False)
+    onnx_program.exported_program = None  # memory: the ONNX model is what is kept
+    return onnx_program
+
+
+def optimize_graph(model: ir.Model, options: dict) -> None:
+    """The graph optimizer (`onnx_optimize.optimize`) at --optimize's level; none with --no-constant-folding."""
+    if options.get("optimize", True):
+        optimize(model, options.get("optimize_level"))
+
+
+def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options: dict) -> None:
+    """`files` = (graph file, external weights file) in `directory`; then --slim."""
+    ir.save(model, directory / files[0], external_data=files[1])
+    if options.get("slim"):
+        slim(directory / files[0], files[1])
+
+
+def validate_graph(path: Path, calls, arguments, output_names, module, options: dict, graph: str = "",
+                   session=None) -> list:
+    """onnxruntime vs PyTorch (`module`) on the captured `calls`: the table logged, --atol enforced.
+    `session(ort_session)`: a wrapper feeding the session (e.g. only the inputs its graph kept)."""
+    import onnxruntime as ort
+
+    loaded = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rows = compare(session(loaded) if session else loaded, calls, arguments, output_names, module,
+                   options.get("fill"))
+    logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(calls), table(rows))
+    gate(rows, options.get("atol"), warn_above(options), graph)
+    return rows
 
 
 def slim(path: Path, data: str) -> None:
@@ -186,43 +204,5 @@ def copy_files(ctx: ExportContext) -> None:
                 "subfolder", "revision", "cache_dir", "token", "force_download", "local_files_only")}), ctx.staging / name)
 
 
-def export_onnx(model, output, task: str | None = None, **options) -> ExportContext:
-    """Export `model` (hub id, local dir, or an in-memory `PreTrainedModel`, captured as it is) to `output`
-    with the dynamo path. `optimize_level="O1".."O3"`: optimum's `--optimize` levels (see `onnx_optimize`)."""
-    check_level(options.get("optimize_level"))
-    loaded = None if isinstance(model, (str, Path)) else model
-    model_id = str(model) if loaded is None else (getattr(loaded, "name_or_path", "") or type(loaded).__name__)
-    encoder_decoder = _is_encoder_decoder(model_id, task, options, loaded)
-    if encoder_decoder and options.get("monolith"):
-        from ..flags import FlagError
-
-        raise FlagError("--monolith: encoder-decoder models are exported as encoder + decoder graphs with --dynamo "
-                        "(optimum's runtime loads them so); drop --monolith or export without --dynamo")
-    if encoder_decoder and options.get("optimize_level"):
-        raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
-    if encoder_decoder:
-        from .seq2seq import Seq2SeqContext, Seq2SeqOnnxExporter
-
-        ctx = Seq2SeqContext(model_id=model_id, output=Path(output), task_name=task, options=options, model=loaded)
-        return Seq2SeqOnnxExporter().run(ctx)
-    ctx = ExportContext(model_id=model_id, output=Path(output), task_name=task, options=options, model=loaded)
-    return OnnxExporter().run(ctx)
-
-
-def _is_encoder_decoder(model_id, task: str | None, options: dict, loaded=None) -> bool:
-    """Whether the task is exported as encoder + decoder graphs (errors are left to the load stage)."""
-    from transformers import AutoConfig
-
-    from ..tasks import resolve_task
-
-    try:
-        kwargs = {"trust_remote_code": options.get("trust_remote_code", False), **options.get("hub_options", {})}
-        if loaded is not None:
-            return resolve_task(task, loaded, loaded.config).spec.encoder_decoder
-        config = None if task not in (None, "auto") else AutoConfig.from_pretrained(str(model_id), **kwargs)
-        return resolve_task(task, str(model_id), config).spec.encoder_decoder
-    except Exception:
-        return False
-
-
-__all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "copy_files", "export_onnx", "rename_io", "warn_above"]
+__all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "copy_files", "optimize_graph", "rename_io",
+           "save_graph", "translate_program", "validate_graph", "warn_above"]

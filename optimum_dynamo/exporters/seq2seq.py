@@ -20,18 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import onnx_ir as ir
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
 from .. import patches
 from ..capture import Call, CaptureError, infer_arguments, observe
-from ..errors import ExportError, PipelineError
+from ..errors import PipelineError
 from ..flatten import flat_inputs, flat_outputs
 from ..manifest import MANIFEST_FILE, versions
-from ..validate import as_dicts, compare, table
-from .base import ExportContext, preprocessor, forward_adapter, logger, stage
-from .onnx import OnnxExporter, rename_io, slim, warn_above
+from ..validate import as_dicts
+from .base import ExportContext, preprocessor, forward_adapter, logger
+from .onnx import OnnxExporter, optimize_graph, rename_io, save_graph, translate_program, validate_graph
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values", "input_values")
 DECODER_INPUTS = ("input_ids", "encoder_hidden_states", "encoder_attention_mask", "past_key_values")
@@ -71,6 +70,7 @@ class Component:
     program: Any = None
     onnx_program: Any = None
     output_names: list[str] = field(default_factory=list)
+    inputs_kept: list[str] = field(default_factory=list)  # the saved graph's inputs
     discrepancies: list[Any] = field(default_factory=list)
 
     @property
@@ -169,9 +169,8 @@ class Seq2SeqOnnxExporter(OnnxExporter):
 
     def translate(self, ctx: Seq2SeqContext) -> None:
         for part in ctx.components:
-            part.onnx_program = torch.onnx.export(
-                part.program, dynamo=True, optimize=False, opset_version=ctx.options.get("opset")
-            )
+            part.onnx_program = translate_program(part.program, ctx.options)
+            part.program = None
 
     def name_io(self, ctx: Seq2SeqContext) -> None:
         for part in ctx.components:
@@ -188,49 +187,32 @@ class Seq2SeqOnnxExporter(OnnxExporter):
             rename_io(part.onnx_program.model, part.arguments.input_names, part.arguments.axis_names, part.output_names)
 
     def optimize(self, ctx: Seq2SeqContext) -> None:
-        if ctx.options.get("optimize", True):
-            for part in ctx.components:
-                part.onnx_program.optimize()
-        for part in ctx.components:  # e.g. the encoder's states once the cross cache is given
-            graph = part.onnx_program.model.graph
+        for part in ctx.components:
+            optimize_graph(part.onnx_program.model, ctx.options)
+            graph = part.onnx_program.model.graph  # e.g. the encoder's states once the cross cache is given
             unused = [v for v in graph.inputs if v.name in part.drop_unused and not v.uses()]
             for value in unused:
                 graph.inputs.remove(value)
 
     def save(self, ctx: Seq2SeqContext) -> None:
         for part in ctx.components:
-            onnx_file, data_file = part.files
-            ir.save(part.onnx_program.model, ctx.staging / onnx_file, external_data=data_file)
-            if ctx.options.get("slim"):
-                slim(ctx.staging / onnx_file, data_file)
+            part.inputs_kept = [v.name for v in part.onnx_program.model.graph.inputs]
+            save_graph(part.onnx_program.model, ctx.staging, part.files, ctx.options)
+            part.onnx_program = None  # memory: one graph's weights at a time
 
     def validate(self, ctx: Seq2SeqContext) -> None:
-        import onnxruntime as ort
-
         if ctx.options.get("validate") is False:  # do_validation=False
             logger.info("    skipped (do_validation=False)")
             return
-        atol, warn = ctx.options.get("atol"), warn_above(ctx.options)
         for part in ctx.components:
-            session = ort.InferenceSession(str(ctx.staging / part.files[0]), providers=["CPUExecutionProvider"])
-            part.discrepancies = compare(_GraphInputs(session), part.calls, part.arguments, part.output_names, part.module)
-            logger.info("    %s: onnxruntime vs PyTorch on %d calls:\n%s", part.name, len(part.calls),
-                        table(part.discrepancies))
-            worst = max(part.discrepancies, key=lambda r: r.max_abs, default=None)
-            if worst is None:
-                continue
-            if atol is None and worst.max_abs > warn:
-                logger.warning("    warning: %s output %r differs from PyTorch by %.3e (> %g); pass --atol to make "
-                               "this an error", part.name, worst.output, worst.max_abs, warn)
-            if atol is not None and worst.max_abs > atol:
-                raise ExportError(f"{part.name} output {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} "
-                                  f"> atol {atol:g} (call {worst.worst_call})")
+            part.discrepancies = validate_graph(ctx.staging / part.files[0], part.calls, part.arguments,
+                                                part.output_names, part.module, ctx.options, part.name, GraphInputs)
 
     def manifest(self, ctx: Seq2SeqContext) -> None:
         parts = {
             part.name: {
                 "files": part.files,
-                "inputs": [v.name for v in part.onnx_program.model.graph.inputs],
+                "inputs": part.inputs_kept,
                 "outputs": part.output_names,
                 "dynamic_axes": {n: {str(a): label for a, label in axes.items()}
                                  for n, axes in part.arguments.axis_names.items()},
@@ -269,7 +251,7 @@ def static_axes(model, part: Component) -> dict[str, dict[str, str]]:
     return found
 
 
-class _GraphInputs:
+class GraphInputs:
     """A session fed only the inputs its graph kept (see `Component.drop_unused`)."""
 
     def __init__(self, session):
