@@ -230,11 +230,12 @@ def export_executorch(model, output, task: str | None = None, *, max_seq_len: in
                       recipe: str = "xnnpack", atol: float | None = None, **options) -> ExecutorchContext:
     """Export a decoder LM (hub id, local dir, or an in-memory `PreTrainedModel`) to `output/model.pte` for
     ExecuTorch: `forward(input_ids[1, seq], cache_position[seq]) -> logits` with a static KV cache of
-    `max_seq_len` positions inside. `atol`: the largest difference from PyTorch accepted on the captured calls.
+    `max_seq_len` positions inside; the task defaults to text-generation. `atol`: the largest difference from PyTorch accepted on the captured calls.
     Other options as `export_onnx` (`trust_remote_code`, `hub_options`, `validate`)."""
     check_executorch_options(max_seq_len, recipe)
     loaded = None if isinstance(model, (str, Path)) else model
     model_id = str(model) if loaded is None else (getattr(loaded, "name_or_path", "") or type(loaded).__name__)
+    task = "text-generation" if task in (None, "auto") else task  # the one task this backend exports
     options = {**options, "max_seq_len": max_seq_len, "recipe": recipe, "atol": atol}
     ctx = ExecutorchContext(model_id=model_id, output=Path(output), task_name=task, options=options, model=loaded)
     return ExecutorchExporter().run(ctx)
