@@ -162,3 +162,15 @@ def test_bad_max_seq_len_is_one_line(tmp_path, value):
     with pytest.raises(ExportError, match=r"^invalid --max_seq_len .*: expected an integer >= 4$"):
         export_executorch(str(tmp_path), tmp_path / "out", max_seq_len=value)
     assert not (tmp_path / "out").exists()
+
+
+def test_model_without_kv_cache_is_one_line(tmp_path):
+    """A state-space model has no attention cache to make static: one error line, no output directory."""
+    from optimum_dynamo.errors import PipelineError
+    from optimum_dynamo.tiny import save_tiny_decoder
+
+    checkpoint = save_tiny_decoder("mamba", tmp_path / "mamba")
+    with pytest.raises(PipelineError) as err:
+        export_executorch(str(checkpoint), tmp_path / "out", max_seq_len=MAX_SEQ_LEN)
+    assert str(err.value).startswith("mamba: ") and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()

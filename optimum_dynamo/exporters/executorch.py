@@ -40,6 +40,11 @@ class ExecutorchContext(ExportContext):
     pte: Any = None  # executorch.exir.ExecutorchProgramManager
 
 
+def one_line(error: Exception) -> str:
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first[:300]}" if first else type(error).__name__
+
+
 def check_executorch_options(max_seq_len, recipe: str) -> None:
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 4:
         raise ExportError(f"invalid --max_seq_len {max_seq_len!r}: expected an integer >= 4")
@@ -145,10 +150,13 @@ class ExecutorchExporter(Exporter):
         try:
             ctx.wrapper = StaticCacheLM(ctx.model, max_seq_len).eval()
         except Exception as e:
-            raise PipelineError(f"{config.model_type}: no static cache for this model ({type(e).__name__}: {e})") from e
+            raise PipelineError(f"{config.model_type}: no static cache for this model ({one_line(e)})") from e
         prompt = capture_prompt(ctx.tokenizer, ctx.wrapper.vocab_size, max_seq_len)
         with torch.no_grad(), InputObserver(ctx.wrapper, "forward") as obs:
-            greedy(ctx.wrapper, prompt, max_seq_len=max_seq_len, max_new_tokens=CAPTURE_STEPS + 1)
+            try:
+                greedy(ctx.wrapper, prompt, max_seq_len=max_seq_len, max_new_tokens=CAPTURE_STEPS + 1)
+            except Exception as e:
+                raise PipelineError(f"{config.model_type}: does not run with a static KV cache ({one_line(e)})") from e
         for call in obs.calls:
             call.outputs = {"logits": call.outputs}
         ctx.observer = obs
@@ -176,8 +184,7 @@ class ExecutorchExporter(Exporter):
         try:
             ctx.pte = lower(ctx.program, constants)
         except Exception as e:
-            raise PipelineError(f"cannot lower {ctx.config.model_type} to ExecuTorch: {type(e).__name__}: "
-                                f"{str(e).splitlines()[0][:300] if str(e) else ''}") from e
+            raise PipelineError(f"cannot lower {ctx.config.model_type} to ExecuTorch: {one_line(e)}") from e
         ctx.program = None
         ctx.manifest["metadata"] = constants
 
