@@ -100,8 +100,8 @@ def bounded_shapes(args, max_seq_len: int) -> dict[str, Any]:
 
 def lower(program: torch.export.ExportedProgram, constants: dict[str, Any]):
     """XNNPACK delegation, then the ExecuTorch program (memory planned for each dynamic axis' upper bound).
-    The cache buffers are stored zeroed: left uninitialized (ExecuTorch's default for mutated buffers), the
-    masked-out garbage moved XNNPACK's logits by ~1e-3 (measured on a tiny llama)."""
+    The cache buffers are stored zeroed: ExecuTorch leaves mutated buffers uninitialized by default, and the
+    positions the mask hides are still multiplied by 0 in attention (a stale NaN would survive that)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
