@@ -174,3 +174,13 @@ def test_model_without_kv_cache_is_one_line(tmp_path):
         export_executorch(str(checkpoint), tmp_path / "out", max_seq_len=MAX_SEQ_LEN)
     assert str(err.value).startswith("mamba: ") and "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"optimize_level": "O2"}, "ExecuTorch export: unsupported option(s) optimize_level"),
+    ({"dtype": "fp16"}, "ExecuTorch export: dtype 'fp16' is not supported yet (fp32 only)"),
+])
+def test_options_not_honoured_are_refused(tmp_path, options, message):
+    with pytest.raises(ExportError) as err:
+        export_executorch(str(tmp_path), tmp_path / "out", **options)
+    assert str(err.value) == message and not (tmp_path / "out").exists()

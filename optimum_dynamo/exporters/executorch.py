@@ -32,6 +32,8 @@ DEFAULT_MAX_SEQ_LEN = 128
 CAPTURE_PROMPT = "the quick brown fox jumps over the lazy dog"
 CAPTURE_STEPS = 4  # decode steps after the prefill
 WARN_ABOVE = 1e-3
+# Options of `export_onnx` this backend honours; any other is refused, never ignored.
+OPTIONS = frozenset({"trust_remote_code", "hub_options", "validate", "pad_token_id", "dtype"})
 
 
 @dataclass
@@ -45,7 +47,12 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {first[:300]}" if first else type(error).__name__
 
 
-def check_executorch_options(max_seq_len, recipe: str) -> None:
+def check_executorch_options(max_seq_len, recipe: str, options: dict) -> None:
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise ExportError(f"ExecuTorch export: unsupported option(s) {', '.join(unknown)}")
+    if options.get("dtype") not in (None, "fp32"):
+        raise ExportError(f"ExecuTorch export: dtype {options['dtype']!r} is not supported yet (fp32 only)")
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 4:
         raise ExportError(f"invalid --max_seq_len {max_seq_len!r}: expected an integer >= 4")
     if recipe not in RECIPES:
@@ -238,8 +245,8 @@ def export_executorch(model, output, task: str | None = None, *, max_seq_len: in
     """Export a decoder LM (hub id, local dir, or an in-memory `PreTrainedModel`) to `output/model.pte` for
     ExecuTorch: `forward(input_ids[1, seq], cache_position[seq]) -> logits` with a static KV cache of
     `max_seq_len` positions inside; the task defaults to text-generation. `atol`: the largest difference from PyTorch accepted on the captured calls.
-    Other options as `export_onnx` (`trust_remote_code`, `hub_options`, `validate`)."""
-    check_executorch_options(max_seq_len, recipe)
+    Other options as `export_onnx`: `trust_remote_code`, `hub_options`, `validate`, `pad_token_id`, `dtype` (fp32)."""
+    check_executorch_options(max_seq_len, recipe, options)
     loaded = None if isinstance(model, (str, Path)) else model
     model_id = str(model) if loaded is None else (getattr(loaded, "name_or_path", "") or type(loaded).__name__)
     task = "text-generation" if task in (None, "auto") else task  # the one task this backend exports
