@@ -19,6 +19,8 @@ _API = {
     "export_observed": "optimum_dynamo.exporters",
     "export_onnx": "optimum_dynamo.exporters",
     "export_vlm": "optimum_dynamo.exporters.vlm",
+    "export_executorch": "optimum_dynamo.exporters.executorch",
+    "PteCausalLM": "optimum_dynamo.runtime.executorch",
     "VlmRunner": "optimum_dynamo.runtime.vlm",
 }
 
