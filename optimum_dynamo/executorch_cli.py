@@ -36,8 +36,9 @@ FLAGS: dict[str, Flag] = {
                                "only text-generation is exported to ExecuTorch with --dynamo")),
     "recipe": Flag("--recipe", HONOURED, "xnnpack (the CPU backend)", "recipe",
                    check=_choice(("xnnpack",), "only the xnnpack recipe is supported with --dynamo")),
-    "max_seq_len": Flag("--max_seq_len", HONOURED, "size of the KV cache held in the program: prompt + generated "
-                        "tokens (default: the config's max_position_embeddings)", "max_seq_len"),
+    "max_seq_len": Flag("--max_seq_len", HONOURED, "positions of the KV cache held in the program: prompt + generated "
+                        "tokens; default 128 (optimum-executorch's own exporter: the config's max_position_embeddings)",
+                        "max_seq_len"),
     "dtype": Flag("--dtype", HONOURED, "float32", check=_choice(("float32",), "only float32 is exported to "
                   "ExecuTorch with --dynamo yet")),
     "device": Flag("--device", HONOURED, "cpu", check=_choice(("cpu",), "exporting on another device than cpu is "
@@ -85,7 +86,7 @@ def parse_args(parser) -> None:
     parser.add_argument("-o", "--output_dir", type=Path, help="Directory to write model.pte and its files to.")
     parser.add_argument("--task", type=str, default="text-generation", help="Task to export (text-generation).")
     parser.add_argument("--recipe", type=str, default="xnnpack", help="ExecuTorch recipe (xnnpack).")
-    parser.add_argument("--max_seq_len", type=int, help="KV cache size: prompt + generated tokens.")
+    parser.add_argument("--max_seq_len", type=int, help="KV cache positions: prompt + generated tokens (default 128).")
     parser.add_argument("--dtype", type=str, choices=["float32", "float16", "bfloat16"], help="Weights dtype (float32).")
     parser.add_argument("--device", type=str, help="Device to export on (cpu).")
     for dest in ("use_custom_sdpa", "use_custom_kv_cache", "disable_dynamic_shapes"):
@@ -123,6 +124,8 @@ def run_cli(args, parse, fallback=None) -> None:
     for notice in notices:
         print(f"{PROG}: notice: {notice}", file=sys.stderr)
     options.pop("task", None)
+    if options.get("max_seq_len") is None:
+        options.pop("max_seq_len", None)  # export_executorch's default
     try:
         from .exporters.executorch import export_executorch
 

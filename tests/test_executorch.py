@@ -184,3 +184,19 @@ def test_options_not_honoured_are_refused(tmp_path, options, message):
     with pytest.raises(ExportError) as err:
         export_executorch(str(tmp_path), tmp_path / "out", **options)
     assert str(err.value) == message and not (tmp_path / "out").exists()
+
+
+def test_cli_export_executorch_dynamo(tmp_path):
+    """The real `optimum-cli export executorch --dynamo` (optimum-executorch's command in T5, optimum-dynamo's own
+    in T4): the .pte generates PyTorch's greedy tokens in the environment's runtime."""
+    from conftest import optimum_cli
+    from optimum_dynamo.tiny import save_tiny_decoder
+
+    checkpoint = save_tiny_decoder("llama", tmp_path / "llama")
+    out = tmp_path / "pte"
+    run = optimum_cli("export", "executorch", "--dynamo", "--model", checkpoint, "--output_dir", out,
+                      "--max_seq_len", MAX_SEQ_LEN, "--atol", "1e-4")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((out / MANIFEST_FILE).read_text())["max_seq_len"] == MAX_SEQ_LEN
+    expected = pytorch_greedy(checkpoint, PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert generate(load_runtime(out), PROMPT, len(PROMPT) + NEW_TOKENS) == expected
