@@ -77,7 +77,7 @@ bench: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/run.py $(BENCH_ARGS)
 
 demo: env-t4
-	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m optimum_dynamo.demo
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python tests/demo.py
 
 docs:
 	$(PYTHON) -m venv .venv-docs

@@ -9,12 +9,14 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny.py: tiny checkpoints
+
 import torch
 import transformers
 
 from optimum_dynamo.exporters.executorch import export_executorch
 from optimum_dynamo.runtime.executorch import PteCausalLM
-from optimum_dynamo.tiny import save_tiny_decoder
+from tiny import save_tiny_decoder
 
 MODELS = {"llama": {}, "qwen2": {}, "phi3": {"sliding_window": 6}, "gemma2": {"sliding_window": 6}, "gpt2": {},
           "mistral": {"sliding_window": 6}}

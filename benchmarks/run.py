@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny.py: tiny checkpoints
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 import decode_step  # noqa: E402
@@ -47,7 +49,7 @@ EXPORTS = [
 
 
 def build(name: str, root: Path) -> Path:
-    from optimum_dynamo.tiny import save_tiny_decoder
+    from tiny import save_tiny_decoder
 
     spec = dict(MODELS[name])
     return save_tiny_decoder(spec.pop("model_type"), root / name, **spec)

@@ -37,7 +37,7 @@ def memoized(make):
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
     """Tiny decoder checkpoints, built once per session: checkpoints("llama") -> path."""
-    from optimum_dynamo.tiny import save_tiny_decoder
+    from tiny import save_tiny_decoder
 
     root = tmp_path_factory.mktemp("checkpoints")
     return memoized(lambda model_type: save_tiny_decoder(model_type, root / model_type))
@@ -81,7 +81,7 @@ BARE = {
 @pytest.fixture(scope="session")
 def bare_checkpoints(tmp_path_factory):
     """bare_checkpoints("bert") -> a checkpoint dir without preprocessor files and pad_token_id."""
-    from optimum_dynamo.tiny import save_tiny_model
+    from tiny import save_tiny_model
 
     root = tmp_path_factory.mktemp("bare")
     return memoized(lambda model_type: save_tiny_model(

@@ -10,7 +10,7 @@ import transformers
 from transformers import DynamicCache, EncoderDecoderCache, StaticCache
 
 from optimum_dynamo import flatten
-from optimum_dynamo.tiny import tiny_config
+from tiny import tiny_config
 
 T5 = int(transformers.__version__.split(".")[0]) >= 5
 LAYERED = hasattr(DynamicCache(), "layers")  # transformers >= 4.54

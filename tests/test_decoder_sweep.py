@@ -1,4 +1,4 @@
-"""The decoder architecture sweep: tiny checkpoints (`optimum_dynamo.tiny`), exported with
+"""The decoder architecture sweep: tiny checkpoints (`tests/tiny.py`), exported with
 `optimum-cli export onnx --dynamo`, checked through ORTModelForCausalLM against PyTorch (greedy tokens on a
 left-padded batch of 2, first-step logits within 1e-4). Slow: `make test-all` (pytest --runslow) runs every
 architecture; the default run keeps one per family (DEFAULT)."""
@@ -9,7 +9,7 @@ from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-from optimum_dynamo.tiny import save_tiny_decoder
+from tiny import save_tiny_decoder
 from parity import assert_causal_lm_parity, padded_batch
 
 from conftest import optimum_cli

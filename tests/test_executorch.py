@@ -70,7 +70,7 @@ def pytorch_greedy(checkpoint, prompt, max_length: int) -> list[int]:
 @pytest.fixture(scope="session")
 def pte_exports(tmp_path_factory):
     """pte_exports("llama") -> (checkpoint, export dir), exported once per session."""
-    from optimum_dynamo.tiny import save_tiny_decoder
+    from tiny import save_tiny_decoder
 
     root = tmp_path_factory.mktemp("executorch")
     made = {}
@@ -167,7 +167,7 @@ def test_bad_max_seq_len_is_one_line(tmp_path, value):
 def test_model_without_kv_cache_is_one_line(tmp_path):
     """A state-space model has no attention cache to make static: one error line, no output directory."""
     from optimum_dynamo.errors import PipelineError
-    from optimum_dynamo.tiny import save_tiny_decoder
+    from tiny import save_tiny_decoder
 
     checkpoint = save_tiny_decoder("mamba", tmp_path / "mamba")
     with pytest.raises(PipelineError) as err:
@@ -190,7 +190,7 @@ def test_cli_export_executorch_dynamo(tmp_path):
     """The real `optimum-cli export executorch --dynamo` (optimum-executorch's command in T5, optimum-dynamo's own
     in T4): the .pte generates PyTorch's greedy tokens in the environment's runtime."""
     from conftest import optimum_cli
-    from optimum_dynamo.tiny import save_tiny_decoder
+    from tiny import save_tiny_decoder
 
     checkpoint = save_tiny_decoder("llama", tmp_path / "llama")
     out = tmp_path / "pte"

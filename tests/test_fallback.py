@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from legacy_bridge.torchscript import DEPRECATION
 from optimum_dynamo.manifest import read_manifest
-from optimum_dynamo.tiny import save_tiny_decoder
+from tiny import save_tiny_decoder
 from parity import assert_causal_lm_parity, padded_batch
 
 from conftest import optimum_cli

@@ -43,7 +43,7 @@ def test_legacy_list_layout_round_trip():
 
 @pytest.mark.skipif(not hasattr(DynamicCache(), "layers"), reason="transformers < 4.54 has no cache layers")
 def test_sliding_window_layers_round_trip():
-    from optimum_dynamo.tiny import tiny_config
+    from tiny import tiny_config
 
     cache = DynamicCache(config=tiny_config("gemma2", sliding_window=6))
     for i in range(2):

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer, ViTImageProcessor
 
 import optimum.onnxruntime as ort
 from optimum_dynamo.manifest import read_manifest
-from optimum_dynamo.tiny import save_tiny_model
+from tiny import save_tiny_model
 
 from conftest import optimum_cli
 

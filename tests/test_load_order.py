@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from optimum_dynamo import tiny
+import tiny
 
 from conftest import optimum_cli
 from test_decoder_sweep import DEFAULT, SLIDING, WINDOW

@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from optimum_dynamo import export_observed, observe
 from optimum_dynamo.flatten import flat_inputs, flat_outputs, registered
-from optimum_dynamo.tiny import save_tiny_model
+from tiny import save_tiny_model
 from optimum_dynamo.validate import substitute_missing
 
 from conftest import optimum_cli

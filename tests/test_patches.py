@@ -95,7 +95,7 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
     from transformers import AutoModelForCausalLM
 
     from optimum_dynamo.patches import transformers_moe
-    from optimum_dynamo.tiny import tiny_config
+    from tiny import tiny_config
 
     fn = getattr(transformers_moe, replacement)
     patch = next((p for p in patches.active_patches() if p.replacement is fn), None)

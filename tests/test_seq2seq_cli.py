@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from optimum_dynamo.manifest import read_manifest
-from optimum_dynamo.tiny import save_tiny_model
+from tiny import save_tiny_model
 
 from conftest import optimum_cli
 
@@ -180,7 +180,7 @@ def test_whisper_through_ort_speech_seq2seq(tmp_path):
     from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
     from transformers import AutoFeatureExtractor, WhisperForConditionalGeneration
 
-    from optimum_dynamo.tiny import save_tiny_speech_seq2seq
+    from tiny import save_tiny_speech_seq2seq
 
     ckpt = save_tiny_speech_seq2seq(tmp_path / "whisper")
     out = _export(ckpt, "automatic-speech-recognition-with-past", tmp_path / "onnx")
@@ -210,7 +210,7 @@ def test_vision_encoder_decoder_through_ort_vision2seq(tmp_path):
     from optimum.onnxruntime import ORTModelForVision2Seq
     from transformers import AutoImageProcessor, VisionEncoderDecoderModel
 
-    from optimum_dynamo.tiny import save_tiny_vision_seq2seq
+    from tiny import save_tiny_vision_seq2seq
 
     ckpt = save_tiny_vision_seq2seq(tmp_path / "ved")
     out = _export(ckpt, "image-to-text-with-past", tmp_path / "onnx")

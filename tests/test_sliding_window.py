@@ -10,7 +10,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from optimum_dynamo import patches
 from optimum_dynamo.capture.infer import SLIDING_PAST, name_axes
-from optimum_dynamo.tiny import save_tiny_decoder
+from tiny import save_tiny_decoder
 from parity import assert_causal_lm_parity, padded_batch
 
 from conftest import optimum_cli

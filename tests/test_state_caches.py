@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from optimum_dynamo import flatten, patches
 from optimum_dynamo.capture.drivers import zero_state
 from optimum_dynamo.runtime import OnnxStepModel
-from optimum_dynamo.tiny import save_tiny_decoder
+from tiny import save_tiny_decoder
 
 from conftest import optimum_cli
 

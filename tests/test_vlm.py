@@ -13,7 +13,7 @@ from optimum_dynamo import export_vlm
 from optimum_dynamo.errors import ExportError
 from optimum_dynamo.exporters.vlm import default_image, processor_inputs
 from optimum_dynamo.runtime.vlm import VlmRunner
-from optimum_dynamo.tiny import save_tiny_vlm
+from tiny import save_tiny_vlm
 
 ATOL = 1e-4
 NEW_TOKENS = 8

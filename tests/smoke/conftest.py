@@ -1,7 +1,7 @@
 """The smoke set: what a user of the installed wheel runs, in processes that never import optimum_dynamo.
 
-Tiny checkpoints come from the source tree's `tiny.py`, loaded by path as a plain module (importing it
-through the package would import optimum_dynamo).
+Tiny checkpoints come from the source tree's `tests/tiny.py`, loaded by path as a plain module (the smoke set
+runs from its own directory).
 """
 
 import importlib.util
@@ -16,7 +16,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SOURCE = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("tiny_checkpoints", SOURCE / "optimum_dynamo" / "tiny.py")
+_spec = importlib.util.spec_from_file_location("tiny_checkpoints", SOURCE / "tests" / "tiny.py")
 tiny = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tiny)
 

@@ -22,7 +22,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from optimum_dynamo.manifest import read_manifest
-    from optimum_dynamo.tiny import save_tiny_decoder
+    from tiny import save_tiny_decoder
 
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = save_tiny_decoder("llama", Path(tmp) / "tiny-llama")
