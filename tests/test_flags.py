@@ -145,3 +145,10 @@ def test_slim_runs_onnxslim_when_installed(checkpoints, tmp_path):
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
     assert_causal_lm_parity(ORTModelForCausalLM.from_pretrained(slim), torch_model,
                             padded_batch(AutoTokenizer.from_pretrained(slim)))
+
+
+def test_executorch_docs_show_the_table():
+    from optimum_dynamo import executorch_cli
+
+    page = (Path(__file__).parents[1] / "docs" / "executorch.md").read_text()
+    assert flags.markdown_table(executorch_cli.FLAGS) in page
