@@ -22,6 +22,8 @@ _API = {
     "export_executorch": "optimum_dynamo.exporters.executorch",
     "PteCausalLM": "optimum_dynamo.runtime.executorch",
     "VlmRunner": "optimum_dynamo.runtime.vlm",
+    "load_program": "optimum_dynamo.exporters.pt2",
+    "load_package": "optimum_dynamo.exporters.pt2",
 }
 
 

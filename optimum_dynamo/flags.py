@@ -128,6 +128,10 @@ FLAGS: dict[str, Flag] = {
     "dynamo": Flag("--dynamo", HONOURED, "selects this exporter"),
     "no_fallback": Flag("--no-fallback", HONOURED, "fail instead of falling back to the torchscript exporter"),
     "verbose": Flag("-v/--verbose", HONOURED, "shows debug lines and the libraries' own messages"),
+    "pt2": Flag("--pt2", HONOURED, "also writes the torch.export program `model.pt2` (decoder and single-graph tasks)",
+                "pt2"),
+    "aoti": Flag("--aoti", HONOURED, "also writes an AOTInductor package `model_aoti.pt2` (compiled with the local C++ "
+                 "compiler)", "aoti"),
     # Python only (`main_export`, `onnx_export_from_model`)
     **{name: Flag(name, HONOURED, "hub download option", f"hub:{name}")
        for name in ("subfolder", "revision", "force_download", "local_files_only", "token")},

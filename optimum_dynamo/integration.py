@@ -28,6 +28,10 @@ def add_cli_arguments(parser) -> None:
         f"axes are inferred by running the model, no per-model configuration is needed. {ENV}=1 makes it "
         "the default; --no-dynamo uses the torchscript exporter.",
     )
+    group.add_argument("--pt2", action="store_true", help="With --dynamo: also write the torch.export program, model.pt2 "
+                       "(load it with optimum_dynamo.load_program).")
+    group.add_argument("--aoti", action="store_true", help="With --dynamo: also write an AOTInductor package, "
+                       "model_aoti.pt2 (compiled C++; load it with optimum_dynamo.load_package).")
     group.add_argument("-v", "--verbose", action="store_true", help="With --dynamo: show debug lines and the libraries' own messages.")
     group.add_argument(
         "--no-fallback",
@@ -52,7 +56,8 @@ def run_cli(args) -> None:
 
     quiet.configure_cli(getattr(args, "verbose", False))
     logger = quiet.logger()
-    defaults = {**flags.cli_defaults(), "dynamo": None, "no_fallback": False, "verbose": False}
+    defaults = {**flags.cli_defaults(), "dynamo": None, "no_fallback": False, "verbose": False, "pt2": False,
+                "aoti": False}
     values = {dest: getattr(args, dest) for dest in defaults if hasattr(args, dest)}
     try:
         options, notices = flags.resolve(values, defaults)
@@ -100,8 +105,10 @@ def _fall_back(args, error: Exception) -> None:
     reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
     config = AutoConfig.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     task = optimum_task(args.task, args.model, config)
-    if args.no_fallback or not has_onnx_config(config.model_type, task):
-        why = "--no-fallback" if args.no_fallback else f"no torchscript OnnxConfig for {config.model_type}/{task}"
+    programs = getattr(args, "pt2", False) or getattr(args, "aoti", False)
+    if args.no_fallback or programs or not has_onnx_config(config.model_type, task):
+        why = ("--no-fallback" if args.no_fallback else "--pt2/--aoti need the dynamo path" if programs
+               else f"no torchscript OnnxConfig for {config.model_type}/{task}")
         raise _error(f"dynamo export failed ({reason}); no fallback: {why}") from error
     print(f"optimum-cli export onnx --dynamo: warning: dynamo export failed ({reason}); "
           "falling back to the torchscript exporter (--no-fallback to fail instead)", file=sys.stderr)

@@ -24,6 +24,8 @@ def export_onnx(model, output, task: str | None = None, **options) -> ExportCont
 
         raise FlagError("--monolith: encoder-decoder models are exported as encoder + decoder graphs with --dynamo "
                         "(optimum's runtime loads them so); drop --monolith or export without --dynamo")
+    if encoder_decoder and (options.get("pt2") or options.get("aoti")):
+        raise ExportError("--pt2/--aoti are not supported for encoder-decoder exports yet")
     if encoder_decoder and options.get("optimize_level"):
         raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
     if encoder_decoder:

@@ -19,6 +19,7 @@ from ..quiet import is_verbose
 from ..validate import as_dicts, compare, gate, table
 from .base import ExportContext, Exporter, logger, stage
 from .onnx_optimize import contrib_ops, default_opset, optimize
+from .pt2 import write_artifacts
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
@@ -81,6 +82,14 @@ def _copy(graph: ir.Graph, value: ir.Value) -> ir.Value:
 class OnnxExporter(Exporter):
     backend = "onnx"
 
+    @stage("write .pt2 program / AOTInductor package")
+    def pt2(self, ctx: ExportContext) -> None:
+        if not (ctx.options.get("pt2") or ctx.options.get("aoti")):
+            return
+        ctx.manifest["pt2"] = write_artifacts(ctx.program, ctx.model, ctx.arguments.kwargs, ctx.staging,
+                                              pt2=bool(ctx.options.get("pt2")), aoti=bool(ctx.options.get("aoti")),
+                                              atol=ctx.options.get("atol"))
+
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
         ctx.onnx_program = translate_program(ctx.program, ctx.options)
@@ -126,6 +135,7 @@ class OnnxExporter(Exporter):
             dtype=ctx.options.get("dtype") or "fp32",
             optimize_level=ctx.options.get("optimize_level"),
             contrib_ops=ctx.manifest.get("contrib_ops", {}),
+            programs=ctx.manifest.get("pt2", {}),
             discrepancies=as_dicts(ctx.discrepancies),
         )
 
