@@ -4,6 +4,7 @@ no output, no staging dir and the checkpoint unchanged. CLI rows run the real op
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -231,7 +232,7 @@ def test_file_size_limit_while_saving(checkpoints, tmp_path):
                          capture_output=True, text=True, timeout=900, preexec_fn=_limit_file_size(64 * 1024))
     assert_refused(run, out, f"cannot write the export to {tmp_path}: ")
     assert "file-size limit is 65536 bytes" in run.stderr or "File too large" in run.stderr
-    assert "[8/11] save" in run.stderr
+    assert re.search(r"\[\d+/\d+\] save", run.stderr)
     assert tree_hash(checkpoints("llama")) == before
 
 
