@@ -82,7 +82,7 @@ def _copy(graph: ir.Graph, value: ir.Value) -> ir.Value:
 class OnnxExporter(Exporter):
     backend = "onnx"
 
-    @stage("write .pt2 program / AOTInductor package")
+    @stage("write .pt2 files")
     def pt2(self, ctx: ExportContext) -> None:
         if not (ctx.options.get("pt2") or ctx.options.get("aoti")):
             return
