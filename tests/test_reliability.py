@@ -239,8 +239,11 @@ def test_file_size_limit_while_saving(checkpoints, tmp_path):
 # ── interrupts ──
 def _interrupt(model: Path, out: Path, at_line: str, signum: int):
     exe = Path(sys.executable).parent / "optimum-cli"
+    # as from a terminal: a job started with `&` by a non-interactive shell (CI) ignores SIGINT, and a Python
+    # started with SIGINT ignored keeps ignoring it (the export would rightly run to the end)
     proc = subprocess.Popen([str(exe), "export", "onnx", "--dynamo", "--model", str(model), str(out)],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stderr:
         seen.append(line)
