@@ -8,9 +8,12 @@ imported until a watched module is), and on transformers 4 nothing is touched.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from .hooks import when_imported
+
+logger = logging.getLogger(f"optimum_dynamo.{__name__}")  # one hierarchy with the package's
 
 
 class Shim:
@@ -166,9 +169,7 @@ def _apply(shim: Shim, module) -> None:
     for part in path:
         owner = getattr(owner, part, None)
     if owner is None:  # the class itself is gone: leave the import alone
-        import warnings
-
-        warnings.warn(f"legacy_bridge: cannot apply {shim.module}.{shim.attr}", stacklevel=2)
+        logger.warning("legacy_bridge: cannot apply %s.%s", shim.module, shim.attr)
         return
     if shim.replace or not hasattr(owner, name):
         setattr(owner, name, shim.make(module))

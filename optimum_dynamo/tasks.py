@@ -68,7 +68,7 @@ class Task:
         """The forward's parameters the exported graph takes, in forward order: what the runtime class
         feeds; for state models (one token per call) also their cache kwarg (`cache_params` for Mamba)
         and `cache_position` when the forward takes it (transformers 4)."""
-        from .capture.drivers import cache_kwarg, is_state_model
+        from .capture.stepping import cache_kwarg, is_state_model
 
         forward = inspect.signature(model.forward).parameters
         wanted = set(self.runtime_inputs())

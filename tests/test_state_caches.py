@@ -13,7 +13,7 @@ from packaging.version import Version
 from transformers import AutoModelForCausalLM
 
 from optimum_dynamo import flatten, patches
-from optimum_dynamo.capture.drivers import zero_state
+from optimum_dynamo.capture.stepping import zero_state
 from optimum_dynamo.runtime import OnnxStepModel
 from tiny import save_tiny_decoder
 
@@ -74,14 +74,14 @@ def test_mamba_cache_round_trip_continues_generation(model_type, untied):
 def test_hybrid_cache_round_trip_continues_generation(model_type, untied):
     """transformers 4: each hybrid's own cache class (empty placeholders are not leaves); transformers 5:
     DynamicCache with linear-attention and attention layers. The same names in both."""
-    from optimum_dynamo.capture.drivers import _own_state_cache
+    from optimum_dynamo.capture.stepping import own_state_cache
 
     model = AutoModelForCausalLM.from_pretrained(untied(model_type)).eval()
     ids = torch.randint(3, 100, (2, 5), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         cache = model(input_ids=ids, use_cache=True).past_key_values
         if cache is None:  # transformers 4 Jamba/Zamba return no cache unless given one
-            start = _own_state_cache(model)(model.config, 2, dtype=torch.float32)
+            start = own_state_cache(model)(model.config, 2, dtype=torch.float32)
             cache = model(input_ids=ids, past_key_values=start, use_cache=True).past_key_values
         names, tensors, context = flatten.flatten_cache(cache)
         assert names == [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]

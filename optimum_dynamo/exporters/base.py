@@ -22,7 +22,7 @@ import torch
 
 from .. import flatten, patches, quiet
 from ..capture import CaptureError, InputObserver, infer_arguments
-from ..capture.drivers import is_state_model
+from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError
 from ..flags import DTYPES
 from ..options import check_options
@@ -30,7 +30,7 @@ from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..tasks import Task, resolve_task
 
-logger = logging.getLogger("optimum_dynamo")
+logger = logging.getLogger(__name__)
 # Patches and pytree registrations are process-wide: exports in one process run one at a time.
 _ONE_AT_A_TIME = threading.RLock()  # re-entrant: an exporter may run another inside its stages
 

@@ -8,6 +8,7 @@ captured calls, in order -> manifest. Each backend step is a small function; the
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from ..errors import ExportError, PipelineError
 from ..manifest import write_manifest
 from ..runtime.greedy import greedy
 from ..validate import as_dicts, compare, gate, table
-from .base import ExportContext, Exporter, logger, stage
+from .base import ExportContext, Exporter, stage
 from .onnx import copy_files
 from .static_cache import StaticCacheLM
+
+logger = logging.getLogger(__name__)
 
 PTE_FILE = "model.pte"
 INPUTS = ["input_ids", "cache_position"]

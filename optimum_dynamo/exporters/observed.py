@@ -11,6 +11,7 @@ every other named argument that had the same value in every call (e.g. `use_cach
 
 from __future__ import annotations
 
+import logging
 import inspect
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,8 +21,10 @@ import torch
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..errors import ExportError
 from ..flatten import is_cache
-from .base import ExportContext, logger
+from .base import ExportContext
 from .onnx import OnnxExporter
+
+logger = logging.getLogger(__name__)
 
 
 def default_inputs(observer: InputObserver) -> list[str]:

@@ -6,6 +6,7 @@ copy configs -> validate -> manifest.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from ..flatten import flat_outputs
 from ..manifest import runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..validate import as_dicts, compare, gate, table
-from .base import ExportContext, Exporter, logger, stage
+from .base import ExportContext, Exporter, stage
 from .onnx_optimize import contrib_ops, default_opset, optimize
 from .pt2 import write_artifacts
+
+logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights

@@ -29,7 +29,7 @@ import onnx_ir as ir
 from ..errors import ExportError
 from .onnx_pack import pack_matmuls
 
-logger = logging.getLogger("optimum_dynamo")
+logger = logging.getLogger(__name__)
 
 LEVELS = ("O1", "O2", "O3", "O4")
 FUSED_LEVELS = ("O3", "O4")

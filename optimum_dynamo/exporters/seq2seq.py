@@ -13,6 +13,7 @@ so `ORTModelForSeq2SeqLM` / `ORTModelForSpeechSeq2Seq` / `ORTModelForVision2Seq`
 
 from __future__ import annotations
 
+import logging
 import fnmatch
 import inspect
 import json
@@ -29,8 +30,10 @@ from ..errors import PipelineError
 from ..flatten import flat_inputs, flat_outputs
 from ..manifest import MANIFEST_FILE, versions
 from ..validate import as_dicts
-from .base import ExportContext, preprocessor, forward_adapter, logger
+from .base import ExportContext, preprocessor, forward_adapter
 from .onnx import OnnxExporter, optimize_graph, rename_io, save_graph, translate_program, validate_graph
+
+logger = logging.getLogger(__name__)
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values", "input_values")
 DECODER_INPUTS = ("input_ids", "encoder_hidden_states", "encoder_attention_mask", "past_key_values")

@@ -22,6 +22,7 @@ outputs the model returned for the same steps.
 
 from __future__ import annotations
 
+import logging
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -35,8 +36,10 @@ from ..capture import Call, InputObserver, observe
 from ..errors import ExportError
 from ..flatten import flat_outputs
 from ..staging import staged
-from .base import ExportContext, logger
+from .base import ExportContext
 from .observed import export_observed
+
+logger = logging.getLogger(__name__)
 
 VLM_FILE = "vlm.json"
 DECODER_INPUTS = ["inputs_embeds", "attention_mask", "position_ids", "past_key_values", "token_type_ids"]

@@ -10,7 +10,7 @@
 import torch
 
 from .registry import original, register_patch
-from .transformers_moe import _dense_experts
+from .transformers_moe import dense_experts
 
 _V4 = {"transformers": ">=4.51,<5"}
 
@@ -21,7 +21,7 @@ def dense_jamba_moe(self, hidden_states):
     batch, length, hidden = hidden_states.shape
     flat = hidden_states.reshape(-1, hidden)
     logits = self.router(flat)
-    return _dense_experts(self, flat, logits, False).reshape(batch, length, hidden), logits
+    return dense_experts(self, flat, logits, False).reshape(batch, length, hidden), logits
 
 
 @register_patch("transformers.models.jamba.modeling_jamba.JambaModel._update_mamba_mask", versions=_V4,

@@ -13,7 +13,7 @@ _V4 = {"transformers": ">=4.51,<5"}
 _REASON = "data-dependent expert loop -> dense experts weighted by the routing matrix"
 
 
-def _dense_experts(block, flat: torch.Tensor, router_logits: torch.Tensor, normalize: bool) -> torch.Tensor:
+def dense_experts(block, flat: torch.Tensor, router_logits: torch.Tensor, normalize: bool) -> torch.Tensor:
     weights = F.softmax(router_logits, dim=1, dtype=torch.float)
     top_weights, top_experts = torch.topk(weights, block.top_k, dim=-1)
     if normalize:
@@ -30,7 +30,7 @@ def dense_mixtral_moe(self, hidden_states):
     batch, length, hidden = hidden_states.shape
     flat = hidden_states.reshape(-1, hidden)
     logits = self.gate(flat)
-    return _dense_experts(self, flat, logits, True).reshape(batch, length, hidden), logits
+    return dense_experts(self, flat, logits, True).reshape(batch, length, hidden), logits
 
 
 @register_patch("transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward", versions=_V4, reason=_REASON)
@@ -38,7 +38,7 @@ def dense_qwen3_moe(self, hidden_states):
     batch, length, hidden = hidden_states.shape
     flat = hidden_states.reshape(-1, hidden)
     logits = self.gate(flat)
-    return _dense_experts(self, flat, logits, self.norm_topk_prob).reshape(batch, length, hidden), logits
+    return dense_experts(self, flat, logits, self.norm_topk_prob).reshape(batch, length, hidden), logits
 
 
 @register_patch("transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward", versions=_V4, reason=_REASON)
@@ -46,7 +46,7 @@ def dense_qwen2_moe(self, hidden_states):
     batch, length, hidden = hidden_states.shape
     flat = hidden_states.reshape(-1, hidden)
     logits = self.gate(flat)
-    out = _dense_experts(self, flat, logits, self.norm_topk_prob)
+    out = dense_experts(self, flat, logits, self.norm_topk_prob)
     out = out + F.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
     return out.reshape(batch, length, hidden), logits
 

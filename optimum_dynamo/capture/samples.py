@@ -1,0 +1,154 @@
+"""Samples the drivers run a model on: tokenized or random text batches (one row left-padded), images,
+speech features, encoder inputs of a model's modality."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+TEXTS = [
+    ["hello world", "the quick brown fox jumps over the lazy dog"],
+    ["a tiny model speaks", "optimum exports models to onnx for fast inference", "hello world from the exporter"],
+]
+
+
+PREFIX = 2  # prompt tokens whose cache the second run reuses
+
+
+NEW_TOKENS = 3
+
+
+@dataclass
+class Sample:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+
+def random_sample(batch: int, length: int, vocab: int, pad: int, seed: int) -> Sample:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    ids[batch - 1, : length // 2], mask[batch - 1, : length // 2] = pad, 0  # one left-padded row
+    return Sample(ids, mask)
+
+
+def text_samples(tokenizer, vocab_size: int, pad_token_id: int) -> list[Sample]:
+    """Two batches (2 x short, 3 x longer), each with a left-padded row; random ids without a tokenizer."""
+    if tokenizer is not None:
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+        samples = [Sample(**{k: v for k, v in tokenizer(t, return_tensors="pt", padding=True).items()
+                             if k in ("input_ids", "attention_mask")}) for t in TEXTS]
+        lengths = [s.input_ids.shape[1] for s in samples]
+        padded = all((s.attention_mask == 0).any() for s in samples)
+        if padded and lengths[0] >= 2 and lengths[1] >= PREFIX + 2 and lengths[0] != lengths[1] and (
+            max(int(s.input_ids.max()) for s in samples) < vocab_size
+        ):
+            return samples
+    return [random_sample(2, 5, vocab_size, pad_token_id, 0), random_sample(3, 8, vocab_size, pad_token_id, 1)]
+
+
+def optional(config, name: str, default=None):
+    """An optional config field: transformers 5 configs no longer define every field on every class
+    (codegen has no `pad_token_id` attribute when it is unset)."""
+    value = getattr(config, name, None)
+    return default if value is None else value
+
+
+def pad_and_vocab(model) -> tuple[int, int]:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    pad = optional(model.generation_config, "pad_token_id", optional(config, "pad_token_id", 0))
+    return (pad[0] if isinstance(pad, list) else pad), config.vocab_size
+
+
+FORWARD_TEXTS = [
+    ["hello world", "the quick brown fox jumps"],
+    ["a tiny model speaks in random words today", "optimum exports models", "hello world from the exporter"],
+]
+
+
+def forward_params(model) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, torch.Tensor]]:
+    """Tokenized batches (padded), or random ids of two lengths; only inputs the model takes."""
+    params = forward_params(model)
+    vocab = model.config.vocab_size
+    if tokenizer is not None:
+        batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
+        if all(int(b["input_ids"].max()) < vocab for b in batches):
+            return [{k: v for k, v in b.items() if k in params} for b in batches]
+    batches = []
+    for seed, (batch, length) in enumerate([(2, 6), (3, 11)]):
+        sample = random_sample(batch, length, vocab, optional(model.config, "pad_token_id", 0), seed)
+        inputs = {"input_ids": sample.input_ids, "attention_mask": sample.attention_mask}
+        if "token_type_ids" in params:
+            inputs["token_type_ids"] = torch.zeros_like(sample.input_ids)
+        batches.append(inputs)
+    return batches
+
+
+def image_size(config) -> int:
+    size = getattr(config, "image_size", None) or 64
+    return size[0] if isinstance(size, (list, tuple)) else size
+
+
+def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
+    """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor; without one,
+    log-mel-like features shaped as the model takes them (its mel bins, 2 x max_source_positions frames)."""
+    import numpy as np
+
+    if processor is None:
+        from ..errors import ExportError
+
+        bins, positions = optional(model.config, "num_mel_bins"), optional(model.config, "max_source_positions")
+        if bins is None or positions is None:
+            raise ExportError(f"{model.config.model_type}: the checkpoint has no feature extractor and the config gives "
+                              "no num_mel_bins/max_source_positions to synthesize speech features from")
+        g = torch.Generator().manual_seed(0)
+        return [{"input_features": torch.randn(batch, bins, 2 * positions, generator=g).clamp(-1, 1)} for batch in (2, 3)]
+
+    rate = getattr(processor, "sampling_rate", 16000)
+    rng = np.random.default_rng(0)
+    batches = []
+    for batch, seconds in ((2, 0.5), (3, 0.8)):
+        t = np.arange(int(rate * seconds)) / rate
+        waves = [(0.3 * np.sin(2 * np.pi * (220 + 110 * i) * t) + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+                 for i in range(batch)]
+        features = processor(waves, sampling_rate=rate, return_tensors="pt")
+        batches.append({"input_features": features["input_features"]})
+    return batches
+
+
+def _image_batches(model, processor) -> list[dict[str, torch.Tensor]]:
+    import numpy as np
+
+    if processor is None:  # pixel values at the encoder's image size
+        config = getattr(model.config, "encoder", model.config)
+        channels, size = optional(config, "num_channels", 3), image_size(config)
+        g = torch.Generator().manual_seed(0)
+        return [{"pixel_values": torch.randn(batch, channels, size, size, generator=g)} for batch in (2, 3)]
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for batch, (height, width) in ((2, (40, 48)), (3, (56, 64))):
+        images = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(batch)]
+        batches.append({"pixel_values": processor(images=images, return_tensors="pt")["pixel_values"]})
+    return batches
+
+
+def encoder_batches(model, tokenizer=None, processor=None) -> list[dict[str, torch.Tensor]]:
+    """Two batches of encoder inputs of the model's modality (text rows are left-padded)."""
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_features":
+        return _speech_batches(model, processor)
+    if main == "pixel_values":
+        return _image_batches(model, processor)
+    config = model.config
+    pad = optional(config, "pad_token_id", 0)
+    return [{"input_ids": s.input_ids, "attention_mask": s.attention_mask}
+            for s in text_samples(tokenizer, config.vocab_size, pad)]

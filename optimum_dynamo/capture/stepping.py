@@ -1,0 +1,88 @@
+"""State models (Mamba, hybrids): one token per call.
+
+A state has no sequence axis, and Mamba's multi-token path ignores a given state: the exported graph
+advances the state by one token, from a zero state. The driver runs the model exactly so (the prompt
+token by token, its attention-mask column with it, then greedy tokens); `optimum_dynamo.runtime`
+drives the exported graph the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .samples import forward_params
+
+
+def cache_kwarg(model) -> str:
+    """The forward kwarg that carries the cache: `cache_params` (Mamba) or `past_key_values`."""
+    params = forward_params(model)
+    return "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+
+
+def own_state_cache(model):
+    """transformers 4 hybrids (Jamba, Zamba): the registered state cache class defined beside the model."""
+    from ..flatten import registry
+
+    module = type(model).__module__
+    return next((k.resolve() for k in registry.kinds() if k.path.rpartition(".")[0] == module and k.resolve()), None)
+
+
+def is_state_model(model) -> bool:
+    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), models
+    with their own state cache class (transformers 4 hybrids), and models whose transformers >= 5
+    cache has linear-attention (state) layers."""
+    if cache_kwarg(model) == "cache_params" or own_state_cache(model) is not None:
+        return True
+    from ..flatten.states import is_state_layer
+
+    try:
+        from transformers import DynamicCache
+
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # transformers 4: no cache built from a config
+        return False
+    return any(is_state_layer(layer) for layer in layers)
+
+
+def zero_state(model, batch: int):
+    """The model's cache for `batch` rows before the first token: every state zero, keys/values of
+    length 0. Made by a forward called directly (`model.forward`), so observers, which hook
+    `model(...)`, do not record it."""
+    from ..flatten import flatten_cache, unflatten_cache
+
+    ids = torch.zeros(batch, 1, dtype=torch.long)
+    cache = getattr(model.forward(input_ids=ids, use_cache=True), cache_kwarg(model))
+    own = own_state_cache(model)
+    if cache is None and own is not None:  # transformers 4 Jamba/Zamba return no cache unless given one
+        cache = model.forward(input_ids=ids, use_cache=True, past_key_values=own(model.config, batch, dtype=model.dtype)).past_key_values
+    names, tensors, context = flatten_cache(cache)
+    empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
+    return unflatten_cache(type(cache), context, empty)
+
+
+def _full_mask(cache) -> bool:
+    """Whether the cache has attention layers: they take the whole mask, state layers its last column."""
+    from ..flatten import flatten_cache
+
+    return any(n.endswith(".key") for n in flatten_cache(cache)[0])
+
+
+@torch.no_grad()
+def step_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy generation one token per call from a zero state; returns the generated tokens."""
+    kwarg, params = cache_kwarg(model), forward_params(model)
+    batch, length = input_ids.shape
+    cache, tokens = zero_state(model, batch), []
+    ids, mask, first = input_ids, attention_mask, 0 if _full_mask(cache) else None
+    for t in range(length + new_tokens - 1):
+        step_mask = mask[:, first if first is not None else t : t + 1]
+        inputs = {"input_ids": ids[:, t : t + 1], "attention_mask": step_mask, kwarg: cache, "use_cache": True}
+        if "cache_position" in params:  # transformers 4 Mamba requires it, Jamba needs it past the first step
+            inputs["cache_position"] = torch.tensor([t])
+        out = model(**inputs)
+        cache = getattr(out, kwarg)
+        if t >= length - 1:
+            tokens.append(out.logits[:, -1].argmax(-1))
+            ids = torch.cat([ids, tokens[-1][:, None]], dim=1)
+            mask = torch.cat([mask, torch.ones(batch, 1, dtype=mask.dtype)], dim=1)
+    return torch.stack(tokens, dim=1)
