@@ -107,7 +107,7 @@ def run_cli(args, parse, fallback=None) -> None:
     """Export `args` with the dynamo path; `parse` builds the command's parser (its defaults tell which
     options were set); `fallback(args)` runs optimum-executorch's exporter when the dynamo export fails."""
     from .flags import resolve
-    from .options import check_options
+    from .options import check_atol
     from .staging import Terminated, check_output
 
     quiet.configure_cli(getattr(args, "verbose", False))
@@ -115,7 +115,7 @@ def run_cli(args, parse, fallback=None) -> None:
     values = {dest: getattr(args, dest) for dest in defaults if hasattr(args, dest)}
     try:
         options, notices = resolve(values, defaults, FLAGS)
-        check_options(atol=options.get("atol"))
+        check_atol(options.get("atol"))
         if args.output_dir is None:
             raise ExportError("--output_dir is required")
         check_output(args.output_dir)

@@ -50,9 +50,11 @@ def run_cli(args) -> None:
     exit status 1 on bad input; when the dynamo export itself fails, the torchscript exporter takes over
     with the same options (unless --no-fallback)."""
     from . import flags
-    from .exporters import export_onnx
-    from .options import check_options
+    from .exporters.entry import export_target
+    from .exporters.onnx_optimize import check_level
+    from .options import ExportOptions
     from .staging import Terminated, check_output
+    from .target import resolve
 
     quiet.configure_cli(getattr(args, "verbose", False))
     logger = quiet.logger()
@@ -60,16 +62,18 @@ def run_cli(args) -> None:
                 "aoti": False}
     values = {dest: getattr(args, dest) for dest in defaults if hasattr(args, dest)}
     try:
-        options, notices = flags.resolve(values, defaults)
-        check_options(**options)
+        resolved, notices = flags.resolve(values, defaults)
+        options = ExportOptions.make(**resolved)
+        check_level(options.optimize_level)
         check_output(args.output)
     except ExportError as e:
         raise _error(str(e)) from None
     for notice in notices:
         print(f"optimum-cli export onnx --dynamo: notice: {notice}", file=sys.stderr)
-    task = options.pop("task", None)
+    target = None
     try:
-        ctx = export_onnx(args.model, args.output, task=task, **options)
+        target = resolve(args.model, options)  # once: the export and the fallback read it
+        ctx = export_target(target, args.output, options)
     except ExportError as e:
         raise _error(str(e)) from None
     except (KeyboardInterrupt, Terminated) as e:
@@ -77,8 +81,11 @@ def run_cli(args) -> None:
               file=sys.stderr)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 143) from None
     except Exception as e:  # the dynamo export failed on a valid model: try the legacy exporter
+        if target is None:  # nothing to fall back on: the legacy exporter needs the same resolution
+            raise _error(f"cannot resolve {args.model}'s task ({type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0]})") from None
         try:
-            _fall_back(args, e)
+            _fall_back(args, target, e)
         except ExportError as failure:
             raise _error(str(failure)) from None
     else:
@@ -94,17 +101,15 @@ def _legacy_options(args) -> dict:
                 slim=args.slim, cache_dir=args.cache_dir, do_validation=False)
 
 
-def _fall_back(args, error: Exception) -> None:
+def _fall_back(args, target, error: Exception) -> None:
+    """The torchscript exporter on the same model and task (`target`, resolved once by `run_cli`)."""
     from legacy_bridge.torchscript import export_torchscript, has_onnx_config
-    from transformers import AutoConfig
 
     from .manifest import write_fallback_manifest
     from .staging import staged
-    from .tasks import optimum_task
 
     reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
-    config = AutoConfig.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    task = optimum_task(args.task, args.model, config)
+    config, task = target.config, target.task_name
     programs = getattr(args, "pt2", False) or getattr(args, "aoti", False)
     if args.no_fallback or programs or not has_onnx_config(config.model_type, task):
         why = ("--no-fallback" if args.no_fallback else "--pt2/--aoti need the dynamo path" if programs
@@ -127,6 +132,7 @@ def export_from_python(function, model, values: dict) -> None:
     arguments go through the same flag table; `model` is a hub id, a directory, or an in-memory model."""
     from . import flags
     from .exporters import export_onnx
+    from .options import ExportOptions
 
     logger = quiet.logger()
     shapes = values.pop("kwargs_shapes", None) or {}
@@ -136,7 +142,7 @@ def export_from_python(function, model, values: dict) -> None:
     options, notices = flags.resolve(values, defaults)
     for notice in notices:
         logger.warning("%s: %s", function.__name__, notice)
-    export_onnx(model, output, task=options.pop("task", None), **options)
+    export_onnx(model, output, options=ExportOptions.make(**options))
 
 
 def _wrap_python_export(module, name: str, model_parameter: str) -> None:
@@ -218,13 +224,12 @@ def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remo
     from optimum.exporters.tasks import TasksManager
 
     from .exporters import export_onnx
-    from .tasks import ENCODER_DECODER_TASKS
+    from .tasks import with_past
 
     if kwargs.get("task") is not None:
         raise ValueError(f"`task` is inferred from {cls.__name__}; do not pass it")
     task = TasksManager._infer_task_from_model_or_model_class(model_class=cls.auto_model_class)
-    if use_cache and (task == "text-generation" or task in ENCODER_DECODER_TASKS):
-        task += "-with-past"
+    task = with_past(task, config) if use_cache else task
     hub = {k: kwargs.pop(k) for k in _HUB_OPTIONS if k in kwargs}
     save_dir = TemporaryDirectory()
     export_onnx(model_id, save_dir.name, task=task, trust_remote_code=trust_remote_code, hub_options=hub)

@@ -20,19 +20,42 @@ def versions() -> dict[str, str]:
     return found
 
 
-def write_manifest(ctx, **fields: Any) -> None:
-    args = ctx.arguments
+def component_record(part, files: list[str], static_axes: dict | None = None) -> dict[str, Any]:
+    """What the manifest says of one component (one graph)."""
+    from .validate import as_dicts
+
+    args = part.arguments
+    return {
+        "files": files,
+        "inputs": part.inputs_kept or args.input_names,
+        "outputs": part.output_names,
+        "dynamic_axes": {name: {str(a): label for a, label in axes.items()} for name, axes in args.axis_names.items()},
+        "static_axes": static_axes or {},
+        "calls_recorded": len(part.calls),
+        "sample_call": args.sample_call,
+        "contrib_ops": part.contrib_ops,
+        "discrepancies": as_dicts(part.discrepancies),
+    }
+
+
+def write_manifest(ctx, records: dict[str, dict[str, Any]], **fields: Any) -> None:
+    """`records`: component name -> `component_record`. One component: its record is the manifest's top level;
+    several: under `components`, with every file and every discrepancy row (named by component) on top."""
     data = {
         "exporter": "dynamo",
         "model": ctx.model_id,
         "task": ctx.task.name if ctx.task else None,
+        "dtype": ctx.options.dtype,
         "versions": versions(),
-        "dynamic_axes": {name: {str(a): label for a, label in axes.items()} for name, axes in args.axis_names.items()},
-        "calls_recorded": len(ctx.observer.calls),
-        "sample_call": args.sample_call,
-        "timings_s": ctx.timings,
-        **fields,
     }
+    if len(records) == 1:
+        data.update(next(iter(records.values())))
+    else:
+        data["files"] = [f for record in records.values() for f in record["files"]]
+        data["components"] = records
+        data["discrepancies"] = [dict(row, component=name) for name, record in records.items()
+                                 for row in record["discrepancies"]]
+    data.update(fields, timings_s=ctx.timings)
     (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -1,9 +1,14 @@
-"""Option values checked before any work: a bad value is one error line, never a finished export
-that fails at the end (or an option silently ignored)."""
+"""The options of one export, made once at the entry point (CLI, `from_pretrained`, Python API) and read by
+every stage: a typed, frozen `ExportOptions`. Values are checked when it is made: a bad value is one error line
+before any work, never a finished export that fails at the end; an unknown option name is refused, never
+dropped."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from .errors import ExportError
 
@@ -11,6 +16,64 @@ from .errors import ExportError
 # (`torch.onnx._constants.ONNX_MAX_OPSET`); lower opsets go through a lossy version converter.
 MIN_OPSET = 18
 MAX_OPSET = 23
+HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "revision", "subfolder", "token")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    task: str | None = None  # optimum's task name; None or "auto": inferred
+    # every backend
+    atol: float | None = None  # the export fails when an output differs from PyTorch by more
+    dtype: str = "fp32"
+    device: str = "cpu"
+    trust_remote_code: bool = False
+    hub_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # from_pretrained's download options
+    pad_token_id: int | None = None
+    model_kwargs: Mapping[str, Any] | None = None
+    validate: bool = True
+    fill: Any = None  # value for inputs a graph takes but a recorded call lacked (see capture docs)
+    # ONNX
+    opset: int | None = None
+    optimize: bool = True  # graph optimizer (False: --no-constant-folding)
+    optimize_level: str | None = None  # checked by the ONNX entry point (onnx_optimize.check_level)
+    slim: bool = False
+    monolith: bool = False
+    pt2: bool = False
+    aoti: bool = False
+    # modules observed by the caller (export_observed): force an axis dynamic or static
+    dynamic_batch: bool | None = None
+    dynamic_sequence: bool | None = None
+    # ExecuTorch
+    max_seq_len: int | None = None
+    recipe: str = "xnnpack"
+
+    def __post_init__(self):
+        set_ = object.__setattr__  # frozen: normalize once, here
+        set_(self, "hub_options", MappingProxyType(dict(self.hub_options or {})))
+        if self.model_kwargs is not None:
+            set_(self, "model_kwargs", MappingProxyType(dict(self.model_kwargs)))
+        check_atol(self.atol)
+        check_opset(self.opset)
+        unknown = sorted(set(self.hub_options) - set(HUB_OPTIONS))
+        if unknown:
+            raise ExportError(f"unknown hub option(s) {', '.join(unknown)} (known: {', '.join(HUB_OPTIONS)})")
+
+    @classmethod
+    def make(cls, **values) -> ExportOptions:
+        """From keyword values (None means the default); an unknown name is an error."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ExportError(f"unknown export option(s): {', '.join(unknown)}")
+        return cls(**{k: v for k, v in values.items() if v is not None or fields[k].default is None})
+
+    def replace(self, **changes) -> ExportOptions:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def loading(self) -> dict[str, Any]:
+        """Keyword arguments of `from_pretrained` (config, model, preprocessors)."""
+        return {"trust_remote_code": self.trust_remote_code, **self.hub_options}
 
 
 def check_atol(atol) -> None:
@@ -27,7 +90,4 @@ def check_opset(opset) -> None:
         raise ExportError(f"invalid --opset {opset!r}: the dynamo exporter supports opsets {MIN_OPSET} to {MAX_OPSET}")
 
 
-def check_options(**options) -> None:
-    """Check every known option value given (unknown names are left to their consumers)."""
-    check_atol(options.get("atol"))
-    check_opset(options.get("opset"))
+__all__ = ["ExportOptions", "check_atol", "check_opset"]

@@ -94,15 +94,21 @@ def infer_task(model_id: str, config) -> str:
         raise ExportError(f"cannot infer the task of {model_id}: pass --task")
 
 
-def optimum_task(task: str | None, model_id: str, config) -> str:
+def with_past(task: str, config=None) -> str:
+    """`task` with "-with-past" where generation keeps a cache: encoder-decoder tasks, and text generation
+    (when `config` is given: if the model's forward takes a cache)."""
+    if task in ENCODER_DECODER_TASKS or (
+        task == "text-generation" and (config is None or "past_key_values" in _forward_params(config))
+    ):
+        return task + "-with-past"
+    return task
+
+
+def optimum_task(task: str | None, model_id, config) -> str:
     """The task as optimum's registry names it (synonyms mapped), with "-with-past" where generation keeps a
     cache; inferred when None or "auto". Unknown tasks are the user's error."""
     if task in (None, "auto"):
-        task = infer_task(model_id, config)
-        if task == "text-generation" and "past_key_values" in _forward_params(config):
-            task += "-with-past"
-        elif task in ENCODER_DECODER_TASKS:
-            task += "-with-past"
+        task = with_past(infer_task(model_id, config), config)
     manager = _tasks_manager()
     base = manager.map_from_synonym(task.removesuffix("-with-past"))
     if base not in manager.get_all_tasks():
@@ -110,13 +116,17 @@ def optimum_task(task: str | None, model_id: str, config) -> str:
     return base + ("-with-past" if task.endswith("-with-past") else "")
 
 
-def resolve_task(task: str | None, model_id: str, config) -> Task:
-    """`optimum_task`, for the tasks the dynamo path exports (others are a pipeline limit: the CLI falls back)."""
-    name = optimum_task(task, model_id, config)
+def supported_task(name: str) -> Task:
+    """optimum's task `name`, for the tasks the dynamo path exports (others are a pipeline limit: the CLI
+    falls back)."""
     base = name.removesuffix("-with-past")
     if base not in SUPPORTED:
         raise PipelineError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
     return Task(name, base, name != base, SUPPORTED[base])
+
+
+def resolve_task(task: str | None, model_id, config) -> Task:
+    return supported_task(optimum_task(task, model_id, config))
 
 
 def _forward_params(config) -> set[str]:

@@ -3,8 +3,10 @@ they are defined, base class first. The stages shared by every backend live here
 
     load -> capture -> infer arguments -> torch.export
 
-Backends (ONNX, .pt2, ExecuTorch) add their own stages after these. Files are written to a
-staging directory (`staging.staged`) and moved in place only when every stage has passed.
+Backends (ONNX, ExecuTorch) add their own stages after these. An export is a list of components (one
+graph each, see `component.py`): every stage after capture runs once per component, and exporters differ
+only in how `components(ctx)` builds the list. Files are written to a staging directory
+(`staging.staged`) and moved in place only when every stage has passed.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from ..capture import CaptureError, InputObserver, infer_arguments
 from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError
 from ..flags import DTYPES
-from ..options import check_options
+from ..options import ExportOptions
 from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
-from ..tasks import Task, resolve_task
+from ..target import Target
+from ..tasks import Task
+from .component import Component
 
 logger = logging.getLogger(__name__)
 # Patches and pytree registrations are process-wide: exports in one process run one at a time.
@@ -45,27 +49,45 @@ def stage(label: str):
 
 @dataclass
 class ExportContext:
-    model_id: str
     output: Path
-    task_name: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: ExportOptions = field(default_factory=ExportOptions)
+    target: Target | None = None  # None: a module the caller observed (export_observed, VLM parts)
+    model_id: str = ""
     task: Task | None = None
     config: Any = None
     model: Any = None
     tokenizer: Any = None
-    observer: InputObserver | None = None
-    arguments: Any = None
-    program: torch.export.ExportedProgram | None = None
-    onnx_program: Any = None  # torch.onnx.ONNXProgram (ONNX backend)
-    output_names: list[str] = field(default_factory=list)
-    discrepancies: list[Any] = field(default_factory=list)
+    processor: Any = None  # image processor or feature extractor
+    observer: InputObserver | None = None  # the capture's observer of the whole model
+    components: list[Component] = field(default_factory=list)
     staging: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def discrepancies(self) -> list[Any]:
+        """Every component's validation rows."""
+        return [row for part in self.components for row in part.discrepancies]
+
+    # the one component of a single-graph export (a decoder, an observed module, a .pte)
+    @property
+    def only(self) -> Component:
+        if len(self.components) != 1:
+            raise AttributeError(f"this export has {len(self.components)} components: read ctx.components")
+        return self.components[0]
+
+    @property
+    def arguments(self):
+        return self.only.arguments
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.only.output_names
+
 
 class Exporter:
     backend = "base"
+    capture_error: type[Exception] = PipelineError  # what a capture the inference cannot use raises
 
     @classmethod
     def stages(cls) -> list[tuple[str, str]]:
@@ -78,7 +100,6 @@ class Exporter:
         return found
 
     def run(self, ctx: ExportContext) -> ExportContext:
-        check_options(**ctx.options)
         with _ONE_AT_A_TIME, quiet.third_party():
             with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
                 self._run_stages(ctx, self.stages())
@@ -91,76 +112,71 @@ class Exporter:
             getattr(self, name)(ctx)
             ctx.timings[label] = round(time.perf_counter() - start, 3)
 
+    def graph_label(self, ctx: ExportContext, part: Component) -> str:
+        """How messages name a component: not at all when it is the only one."""
+        return part.name if len(ctx.components) > 1 else ""
+
     # ── Stage: load ──
     @stage("load model")
     def load(self, ctx: ExportContext) -> None:
-        if ctx.model is not None:  # an in-memory model (onnx_export_from_model): captured as it is
-            ctx.config = ctx.model.config
-            ctx.task = resolve_task(ctx.task_name, ctx.model, ctx.config)
-            ctx.model.eval()
+        target = ctx.target
+        ctx.model_id, ctx.config, ctx.task = target.model_id, target.config, target.task
+        if target.model is not None:  # an in-memory model (onnx_export_from_model): captured as it is
+            ctx.model = target.model.eval()
             return
-        from transformers import AutoConfig
-
-        path = Path(ctx.model_id)
-        if not path.is_dir() and (path.is_absolute() or ctx.model_id.startswith(".") or path.exists()):
-            raise ExportError(f"model directory not found: {ctx.model_id}")
-        kwargs = {"trust_remote_code": ctx.options.get("trust_remote_code", False), **ctx.options.get("hub_options", {})}
-        if path.is_dir() and not (path / "config.json").is_file():
-            raise ExportError(f"cannot load {ctx.model_id}: no config.json in it")
-        try:
-            ctx.config = AutoConfig.from_pretrained(ctx.model_id, **kwargs)
-        except (OSError, ValueError) as e:
-            if "trust_remote_code" in str(e):  # nothing of the checkpoint's code was imported
-                raise ExportError(f"{ctx.model_id} contains custom code: read it, then pass --trust-remote-code "
-                                  "to run it") from e
-            raise ExportError(f"cannot load {ctx.model_id}: {str(e).splitlines()[0][:400]}") from e
-        if ctx.options.get("pad_token_id") is not None:  # --pad_token_id: used by capture, saved in config.json
-            ctx.config.pad_token_id = ctx.options["pad_token_id"]
-        ctx.task = resolve_task(ctx.task_name, ctx.model_id, ctx.config)
         auto_class = _tasks_auto_class(ctx.task.base)
         try:
-            ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, kwargs)
+            ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, ctx.options.loading)
         except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
             raise ExportError(f"cannot load weights of {ctx.model_id}: {_first_line(e)}") from e
-        dtype = ctx.options.get("dtype")
-        if dtype not in (None, "fp32"):  # --dtype: captured, exported and validated in that dtype
-            ctx.model.to(getattr(torch, DTYPES[dtype]))
-        ctx.tokenizer = preprocessor(ctx.model_id, kwargs)
+        if ctx.options.dtype != "fp32":  # --dtype: captured, exported and validated in that dtype
+            ctx.model.to(getattr(torch, DTYPES[ctx.options.dtype]))
+        ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
 
     # ── Stage: capture ──
     @stage("capture generation")
     def capture(self, ctx: ExportContext) -> None:
-        with forward_adapter(ctx.model, ctx.options.get("model_kwargs")), InputObserver(ctx.model, "model") as obs:
+        ctx.components = self.components(ctx)
+
+    def components(self, ctx: ExportContext) -> list[Component]:
+        """One graph of the whole model, observed while the task's driver runs it."""
+        with forward_adapter(ctx.model, ctx.options.model_kwargs), InputObserver(ctx.model, "model") as obs:
             ctx.task.spec.driver(ctx.model, ctx.tokenizer)
         ctx.observer = obs
         logger.info("    %s", obs.summary())
+        forward = inspect.signature(ctx.model.forward).parameters
+        constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
+        constants = {k: v for k, v in constants.items() if k in forward}
+        constants.update(model_kwargs(ctx.model, ctx.options.model_kwargs))
+        # Text axes (batch, sequence) are dynamic by meaning, even if every call had one size; state models
+        # (Mamba, hybrids) are stepped one token per call by design, so their sequence axis is 1.
+        stepped = ctx.task.with_past and is_state_model(ctx.model)
+        return [Component("model", obs, ctx.task.model_inputs(ctx.model), constants, dynamic_sequence=not stepped)]
 
     # ── Stage: infer ──
     @stage("infer inputs and dynamic shapes")
     def infer(self, ctx: ExportContext) -> None:
-        forward = inspect.signature(ctx.model.forward).parameters
-        inputs = ctx.task.model_inputs(ctx.model)
-        constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
-        constants = {k: v for k, v in constants.items() if k in forward}
-        constants.update(model_kwargs(ctx.model, ctx.options.get("model_kwargs")))
-        # Text axes (batch, sequence) are dynamic by meaning, even if every call had one size; state models
-        # (Mamba, hybrids) are stepped one token per call by design, so their sequence axis is 1.
-        stepped = ctx.task.with_past and is_state_model(ctx.model)
-        try:
-            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants, dynamic_sequence=not stepped)
-        except CaptureError as e:
-            raise PipelineError(str(e)) from e
+        for part in ctx.components:
+            try:
+                args = infer_arguments(part.calls, part.inputs, part.constants, dynamic_batch=part.dynamic_batch,
+                                       dynamic_sequence=part.dynamic_sequence)
+            except CaptureError as e:
+                label = self.graph_label(ctx, part)
+                raise self.capture_error(f"{label}: {e}" if label else str(e)) from e
+            args.axis_names = {n: {a: part.labels.get(name, name) for a, name in axes.items()}
+                               for n, axes in args.axis_names.items()}
+            part.arguments = args
 
     # ── Stage: torch.export ──
     @stage("torch.export")
     def export_program(self, ctx: ExportContext) -> None:
-        args = ctx.arguments
-        _plain_buffers(ctx.model)
-        with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(ctx.model):
-            with torch.fx.experimental._config.patch(backed_size_oblivious=True):
-                ctx.program = torch.export.export(
-                    ctx.model, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=False
-                )
+        for part in ctx.components:
+            args = part.arguments
+            _plain_buffers(part.module)
+            with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module):
+                with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious):
+                    part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
+                                                       dynamic_shapes=args.dynamic_shapes, strict=part.strict)
 
 
 def _first_line(error: Exception) -> str:
@@ -168,11 +184,11 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(error).__name__
 
 
-def _patch_options(options: dict) -> tuple[str, ...]:
+def _patch_options(options: ExportOptions) -> tuple[str, ...]:
     """Optional patches an export asks for: fused levels keep grouped key/value heads unrepeated."""
     from ..patches.transformers_gqa import FUSED_ATTENTION
 
-    return (FUSED_ATTENTION,) if options.get("optimize_level") in ("O3", "O4") else ()
+    return (FUSED_ATTENTION,) if options.optimize_level in ("O3", "O4") else ()
 
 
 def _plain_buffers(model) -> None:

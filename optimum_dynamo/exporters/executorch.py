@@ -9,19 +9,22 @@ captured calls, in order -> manifest. Each backend step is a small function; the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..capture import CaptureError, InputObserver, infer_arguments
+from ..capture import InputObserver
 from ..errors import ExportError, PipelineError
-from ..manifest import write_manifest
+from ..manifest import component_record, write_manifest
+from ..options import ExportOptions
 from ..runtime.greedy import greedy
-from ..validate import as_dicts, compare, gate, table
+from ..target import resolve
+from ..validate import compare, gate, table
 from .base import ExportContext, Exporter, stage
+from .component import Component
 from .onnx import copy_files
 from .static_cache import StaticCacheLM
 
@@ -35,8 +38,9 @@ DEFAULT_MAX_SEQ_LEN = 128
 CAPTURE_PROMPT = "the quick brown fox jumps over the lazy dog"
 CAPTURE_STEPS = 4  # decode steps after the prefill
 WARN_ABOVE = 1e-3
-# Options of `export_onnx` this backend honours; any other is refused, never ignored.
-OPTIONS = frozenset({"trust_remote_code", "hub_options", "validate", "pad_token_id", "dtype"})
+# Options this backend honours; any other set to a non-default value is refused, never ignored.
+OPTIONS = frozenset({"task", "atol", "max_seq_len", "recipe", "trust_remote_code", "hub_options", "validate",
+                     "pad_token_id", "dtype"})
 
 
 @dataclass
@@ -50,12 +54,14 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {first[:300]}" if first else type(error).__name__
 
 
-def check_executorch_options(max_seq_len, recipe: str, options: dict) -> None:
-    unknown = sorted(set(options) - OPTIONS)
+def check_executorch_options(options: ExportOptions) -> None:
+    defaults = ExportOptions()
+    unknown = [f.name for f in fields(options) if f.name not in OPTIONS and getattr(options, f.name) != getattr(defaults, f.name)]
     if unknown:
         raise ExportError(f"ExecuTorch export: unsupported option(s) {', '.join(unknown)}")
-    if options.get("dtype") not in (None, "fp32"):
-        raise ExportError(f"ExecuTorch export: dtype {options['dtype']!r} is not supported yet (fp32 only)")
+    if options.dtype != "fp32":
+        raise ExportError(f"ExecuTorch export: dtype {options.dtype!r} is not supported yet (fp32 only)")
+    max_seq_len, recipe = options.max_seq_len, options.recipe
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 4:
         raise ExportError(f"invalid --max_seq_len {max_seq_len!r}: expected an integer >= 4")
     if recipe not in RECIPES:
@@ -152,8 +158,9 @@ class PteSession:
 class ExecutorchExporter(Exporter):
     backend = "executorch"
 
-    def capture(self, ctx: ExecutorchContext) -> None:
-        max_seq_len = ctx.options["max_seq_len"]
+    def components(self, ctx: ExecutorchContext) -> list[Component]:
+        """The static-cache wrapper, observed during a greedy generation."""
+        max_seq_len = ctx.options.max_seq_len
         if ctx.task.base != "text-generation":
             raise ExportError(f"ExecuTorch export supports text-generation (decoder LMs), not {ctx.task.name}")
         config = ctx.model.config
@@ -172,30 +179,23 @@ class ExecutorchExporter(Exporter):
         ctx.observer = obs
         ctx.wrapper.reset()  # the program starts from an empty cache
         logger.info("    %s", obs.summary())
+        # strict: a static cache exports only so; batch 1 (the .pte's contract)
+        return [Component("model", obs, INPUTS, dynamic_batch=False, dynamic_sequence=True, size_oblivious=False,
+                          strict=True, output_names=list(OUTPUTS))]
 
     def infer(self, ctx: ExecutorchContext) -> None:
-        try:
-            ctx.arguments = infer_arguments(ctx.observer.calls, INPUTS, dynamic_batch=False, dynamic_sequence=True)
-        except CaptureError as e:
-            raise PipelineError(str(e)) from e
-        ctx.arguments.dynamic_shapes = bounded_shapes(ctx.arguments, ctx.options["max_seq_len"])
-
-    def export_program(self, ctx: ExecutorchContext) -> None:
-        args = ctx.arguments
-        with torch.no_grad():
-            ctx.program = torch.export.export(ctx.wrapper, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes,
-                                              strict=True)
-        ctx.wrapper.reset()
-        ctx.output_names = list(OUTPUTS)
+        super().infer(ctx)
+        ctx.arguments.dynamic_shapes = bounded_shapes(ctx.arguments, ctx.options.max_seq_len)
 
     @stage("lower to ExecuTorch (XNNPACK)")
     def lower(self, ctx: ExecutorchContext) -> None:
-        constants = metadata(ctx.model.config, getattr(ctx.model, "generation_config", None), ctx.options["max_seq_len"])
+        ctx.wrapper.reset()
+        constants = metadata(ctx.model.config, getattr(ctx.model, "generation_config", None), ctx.options.max_seq_len)
         try:
-            ctx.pte = lower(ctx.program, constants)
+            ctx.pte = lower(ctx.only.program, constants)
         except Exception as e:
             raise PipelineError(f"cannot lower {ctx.config.model_type} to ExecuTorch: {one_line(e)}") from e
-        ctx.program = None
+        ctx.only.program = None
         ctx.manifest["metadata"] = constants
 
     @stage("save")
@@ -210,29 +210,26 @@ class ExecutorchExporter(Exporter):
 
     @stage("validate with executorch.runtime")
     def validate(self, ctx: ExecutorchContext) -> None:
-        if ctx.options.get("validate") is False:
+        if not ctx.options.validate:
             logger.info("    skipped (validate=False)")
             return
         session = PteSession(ctx.staging / PTE_FILE)  # a fresh program: its cache evolves as during capture
-        ctx.discrepancies = compare(session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.wrapper)
+        ctx.only.discrepancies = compare(session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.wrapper)
         logger.info("    executorch vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
         if len(ctx.discrepancies) != len(OUTPUTS):
             raise PipelineError("validation compared no output of the .pte")
-        gate(ctx.discrepancies, ctx.options.get("atol"), WARN_ABOVE)
+        gate(ctx.discrepancies, ctx.options.atol, WARN_ABOVE)
 
     @stage("write manifest")
     def manifest(self, ctx: ExecutorchContext) -> None:
         write_manifest(
             ctx,
+            {"model": component_record(ctx.only, [PTE_FILE])},
             backend=self.backend,
-            files=[PTE_FILE],
-            inputs=list(INPUTS),
-            outputs=ctx.output_names,
             runtime="optimum.executorch.ExecuTorchModelForCausalLM",
-            recipe=ctx.options["recipe"],
-            max_seq_len=ctx.options["max_seq_len"],
+            recipe=ctx.options.recipe,
+            max_seq_len=ctx.options.max_seq_len,
             metadata=ctx.manifest.get("metadata", {}),
-            discrepancies=as_dicts(ctx.discrepancies),
         )
 
 
@@ -242,13 +239,7 @@ def export_executorch(model, output, task: str | None = None, *, max_seq_len: in
     ExecuTorch: `forward(input_ids[1, seq], cache_position[seq]) -> logits` with a static KV cache of
     `max_seq_len` positions inside; the task defaults to text-generation. `atol`: the largest difference from PyTorch accepted on the captured calls.
     Other options as `export_onnx`: `trust_remote_code`, `hub_options`, `validate`, `pad_token_id`, `dtype` (fp32)."""
-    check_executorch_options(max_seq_len, recipe, options)
-    loaded = None if isinstance(model, (str, Path)) else model
-    model_id = str(model) if loaded is None else (getattr(loaded, "name_or_path", "") or type(loaded).__name__)
-    task = "text-generation" if task in (None, "auto") else task  # the one task this backend exports
-    options = {**options, "max_seq_len": max_seq_len, "recipe": recipe, "atol": atol}
-    ctx = ExecutorchContext(model_id=model_id, output=Path(output), task_name=task, options=options, model=loaded)
-    return ExecutorchExporter().run(ctx)
-
-
-__all__ = ["PTE_FILE", "ExecutorchExporter", "PteSession", "export_executorch", "lower", "metadata"]
+    options = ExportOptions.make(task=task, max_seq_len=max_seq_len, recipe=recipe, atol=atol, **options)
+    check_executorch_options(options)
+    target = resolve(model, options, default_task="text-generation")  # the one task this backend exports
+    return ExecutorchExporter().run(ExecutorchContext(output=Path(output), options=options, target=target))

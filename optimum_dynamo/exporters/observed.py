@@ -11,17 +11,19 @@ every other named argument that had the same value in every call (e.g. `use_cach
 
 from __future__ import annotations
 
-import logging
 import inspect
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from ..capture import CaptureError, InputObserver, infer_arguments
+from ..capture import InputObserver
 from ..errors import ExportError
 from ..flatten import is_cache
+from ..options import ExportOptions
 from .base import ExportContext
+from .component import Component
 from .onnx import OnnxExporter
 
 logger = logging.getLogger(__name__)
@@ -45,28 +47,33 @@ def default_constants(observer: InputObserver, inputs: Sequence[str]) -> dict[st
 
 
 class ObservedOnnxExporter(OnnxExporter):
-    """The ONNX exporter without its load and capture stages: both were done by the caller."""
+    """The ONNX exporter over modules the caller observed (no load: the modules are given; no capture: the
+    calls are recorded). `parts`: component name -> (observer, inputs or None, constants or None)."""
+
+    capture_error = ExportError  # the caller's observation cannot be exported: theirs to change
+
+    def __init__(self, parts: dict[str, tuple[InputObserver, Sequence[str] | None, dict | None]], *, directories=False):
+        self.parts, self.directories = parts, directories
 
     def load(self, ctx: ExportContext) -> None:
         pass
 
-    def capture(self, ctx: ExportContext) -> None:
-        pass
+    def components(self, ctx: ExportContext) -> list[Component]:
+        return [self.component(name, observer, inputs, constants, ctx.options, name if self.directories else "")
+                for name, (observer, inputs, constants) in self.parts.items()]
 
-    def infer(self, ctx: ExportContext) -> None:
-        inputs = ctx.options.get("inputs") or default_inputs(ctx.observer)
-        if "attention_mask" in inspect.signature(ctx.model.forward).parameters and "attention_mask" not in inputs:
+    @staticmethod
+    def component(name: str, observer: InputObserver, inputs, constants, options: ExportOptions,
+                  directory: str = "") -> Component:
+        inputs = list(inputs or default_inputs(observer))
+        if "attention_mask" in inspect.signature(observer.module.forward).parameters and "attention_mask" not in inputs:
             logger.warning(
                 "no observed call passed attention_mask (generate drops an all-ones mask): the graph will "
                 "take none and cannot serve padded batches; observe a padded batch to keep it"
             )
-        constants = ctx.options.get("constants")
-        constants = default_constants(ctx.observer, inputs) if constants is None else constants
-        forced = {k: ctx.options[k] for k in ("dynamic_batch", "dynamic_sequence") if ctx.options.get(k) is not None}
-        try:
-            ctx.arguments = infer_arguments(ctx.observer.calls, inputs, constants, **forced)
-        except CaptureError as e:
-            raise ExportError(str(e)) from e
+        constants = default_constants(observer, inputs) if constants is None else dict(constants)
+        forced = {k: getattr(options, k) for k in ("dynamic_batch", "dynamic_sequence") if getattr(options, k) is not None}
+        return Component(name, observer, inputs, constants, directory=directory, **forced)
 
     def copy_files(self, ctx: ExportContext) -> None:
         config = getattr(ctx.model, "config", None)
@@ -84,11 +91,6 @@ def export_observed(
 ) -> ExportContext:
     """Export `observer.module` to `output/model.onnx` from its recorded calls, and check onnxruntime
     against the recorded outputs (`atol=` makes a larger difference an error)."""
-    ctx = ExportContext(
-        model_id=type(observer.module).__name__,
-        output=Path(output),
-        options=dict(options, inputs=inputs, constants=constants),
-        model=observer.module,
-        observer=observer,
-    )
-    return ObservedOnnxExporter().run(ctx)
+    ctx = ExportContext(output=Path(output), options=ExportOptions.make(**options),
+                        model_id=type(observer.module).__name__, model=observer.module, observer=observer)
+    return ObservedOnnxExporter({"model": (observer, inputs, constants)}).run(ctx)

@@ -6,6 +6,7 @@ copy configs -> validate -> manifest.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import re
 from pathlib import Path
@@ -15,10 +16,12 @@ import torch
 
 from ..errors import PipelineError
 from ..flatten import flat_outputs
-from ..manifest import runtime_of, write_manifest
+from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
-from ..validate import as_dicts, compare, gate, table
+from ..options import ExportOptions
+from ..validate import compare, gate, table
 from .base import ExportContext, Exporter, stage
+from .component import Component
 from .onnx_optimize import contrib_ops, default_opset, optimize
 from .pt2 import write_artifacts
 
@@ -31,8 +34,9 @@ WARN_ABOVE = 1e-3  # without --atol, a larger difference is reported as a warnin
 WARN_ABOVE_DTYPE = {"fp32": WARN_ABOVE, "fp16": 2e-2}
 
 
-def warn_above(options: dict) -> float:
-    return WARN_ABOVE_DTYPE[options.get("dtype") or "fp32"]
+def warn_above(options: ExportOptions) -> float:
+    return WARN_ABOVE_DTYPE[options.dtype]
+
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
 
@@ -87,32 +91,50 @@ class OnnxExporter(Exporter):
 
     @stage("write .pt2 files")
     def pt2(self, ctx: ExportContext) -> None:
-        if not (ctx.options.get("pt2") or ctx.options.get("aoti")):
+        if not (ctx.options.pt2 or ctx.options.aoti):
             return
-        ctx.manifest["pt2"] = write_artifacts(ctx.program, ctx.model, ctx.arguments.kwargs, ctx.staging,
-                                              pt2=bool(ctx.options.get("pt2")), aoti=bool(ctx.options.get("aoti")),
-                                              atol=ctx.options.get("atol"))
+        part = ctx.only  # the entry point refuses --pt2/--aoti for exports of several graphs
+        ctx.manifest["pt2"] = write_artifacts(part.program, part.module, part.arguments.kwargs, ctx.staging,
+                                              pt2=ctx.options.pt2, aoti=ctx.options.aoti, atol=ctx.options.atol)
 
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
-        ctx.onnx_program = translate_program(ctx.program, ctx.options)
-        ctx.program = None  # memory: the ONNX model is what is kept
+        for part in ctx.components:
+            part.onnx_program = translate_program(part.program, ctx.options)
+            part.program = None  # memory: the ONNX model is what is kept
 
     @stage("name inputs and outputs")
     def name_io(self, ctx: ExportContext) -> None:
-        sample = ctx.observer.calls[ctx.arguments.sample_call]
-        ctx.output_names = list(flat_outputs(sample.outputs))
-        rename_io(ctx.onnx_program.model, ctx.arguments.input_names, ctx.arguments.axis_names, ctx.output_names)
+        for part in ctx.components:
+            names = list(flat_outputs(part.calls[part.arguments.sample_call].outputs))
+            graph = part.onnx_program.model.graph
+            if len(graph.outputs) != len(names):
+                label = self.graph_label(ctx, part)
+                raise PipelineError(f"{label + ': ' if label else ''}graph has {len(graph.outputs)} outputs, "
+                                    f"expected {len(names)}")
+            # drop before naming: a dropped output may be an input passed through (the cross cache)
+            kept = [(value, name) for value, name in zip(graph.outputs, names) if _kept(name, part.keep)]
+            graph.outputs.clear()
+            graph.outputs.extend(value for value, _ in kept)
+            part.output_names = [name for _, name in kept]
+            rename_io(part.onnx_program.model, part.arguments.input_names, part.arguments.axis_names, part.output_names)
 
     @stage("optimize")
     def optimize(self, ctx: ExportContext) -> None:
-        optimize_graph(ctx.onnx_program.model, ctx.options)
+        for part in ctx.components:
+            optimize_graph(part.onnx_program.model, ctx.options)
+            graph = part.onnx_program.model.graph  # e.g. the encoder's states once the cross cache is given
+            for value in [v for v in graph.inputs if v.name in part.drop_unused and not v.uses()]:
+                graph.inputs.remove(value)
 
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
-        ctx.manifest["contrib_ops"] = contrib_ops(ctx.onnx_program.model)
-        save_graph(ctx.onnx_program.model, ctx.staging, (ONNX_FILE, ONNX_DATA), ctx.options)
-        ctx.onnx_program = None  # memory: validation loads the saved file; one copy of the weights at a time
+        for part in ctx.components:
+            model = part.onnx_program.model
+            part.contrib_ops = contrib_ops(model)
+            part.inputs_kept = [v.name for v in model.graph.inputs]
+            save_graph(model, ctx.staging, tuple(onnx_files(part)), ctx.options)
+            part.onnx_program = None  # memory: validation loads the saved file; one graph's weights at a time
 
     @stage("copy configs and tokenizer")
     def copy_files(self, ctx: ExportContext) -> None:
@@ -120,56 +142,94 @@ class OnnxExporter(Exporter):
 
     @stage("validate with onnxruntime")
     def validate(self, ctx: ExportContext) -> None:
-        if ctx.options.get("validate") is False:  # do_validation=False
+        if not ctx.options.validate:  # do_validation=False
             logger.info("    skipped (do_validation=False)")
             return
-        ctx.discrepancies = validate_graph(ctx.staging / ONNX_FILE, ctx.observer.calls, ctx.arguments,
-                                           ctx.output_names, ctx.model, ctx.options)
+        for part in ctx.components:
+            part.discrepancies = validate_graph(ctx.staging / onnx_files(part)[0], part.calls, part.arguments,
+                                                part.output_names, part.module, ctx.options,
+                                                self.graph_label(ctx, part), GraphInputs if part.drop_unused else None)
 
     @stage("write manifest")
     def manifest(self, ctx: ExportContext) -> None:
+        records = {part.name: component_record(part, onnx_files(part), static_axes(ctx.model, part))
+                   for part in ctx.components}
         write_manifest(
             ctx,
+            records,
             backend=self.backend,
-            files=[ONNX_FILE, ONNX_DATA],
-            inputs=ctx.arguments.input_names,
-            outputs=ctx.output_names,
-            runtime=runtime_of(ctx.task, ctx.output_names),
-            dtype=ctx.options.get("dtype") or "fp32",
-            optimize_level=ctx.options.get("optimize_level"),
-            contrib_ops=ctx.manifest.get("contrib_ops", {}),
-            programs=ctx.manifest.get("pt2", {}),
-            discrepancies=as_dicts(ctx.discrepancies),
+            runtime=runtime_of(ctx.task, ctx.components[-1].output_names),
+            optimize_level=ctx.options.optimize_level,
+            **({"programs": ctx.manifest.get("pt2", {})} if len(records) == 1 else {}),
         )
+
+
+def onnx_files(part: Component) -> list[str]:
+    """A component's graph and external weights (optimum's names), relative to the output directory."""
+    stem = "model" if part.directory else part.name
+    return [part.path(f"{stem}.onnx"), part.path(f"{stem}.onnx_data")]
+
+
+def _kept(name: str, keep: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in keep.split(","))
+
+
+def static_axes(model, part: Component) -> dict[str, dict[str, str]]:
+    """Axes of encoder features that stay static, with the reason (Whisper takes a fixed number of frames)."""
+    frames = getattr(getattr(model, "config", None), "max_source_positions", None)
+    found = {}
+    for name in part.arguments.input_names:
+        if name == "input_features" and frames is not None:
+            shape = part.arguments.shapes[name][0]
+            axis = len(shape) - 1
+            if axis not in part.arguments.axis_names.get(name, {}):
+                found[name] = {str(axis): f"{model.config.model_type}'s encoder takes exactly {shape[axis]} frames "
+                               f"(2 x max_source_positions = {2 * frames}); pad or cut features to that length"}
+    return found
+
+
+class GraphInputs:
+    """A session fed only the inputs its graph kept (see `Component.drop_unused`)."""
+
+    def __init__(self, session):
+        self.session, self._names = session, {i.name for i in session.get_inputs()}
+
+    def get_outputs(self):
+        return self.session.get_outputs()
+
+    def run(self, outputs, feed):
+        return self.session.run(outputs, {k: v for k, v in feed.items() if k in self._names})
 
 
 # ── One graph's ONNX steps: every exporter (decoder, encoder-decoder components) runs these ──
 
 
-def translate_program(program: torch.export.ExportedProgram, options: dict):
+def translate_program(program: torch.export.ExportedProgram, options: ExportOptions):
     """torch.onnx's translation (no optimization: `optimize_graph` does it); the opset follows --opset,
     else what --optimize needs."""
-    opset = options.get("opset") or default_opset(options.get("optimize_level"))
+    opset = options.opset or default_opset(options.optimize_level)
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
                                      verbose=None if is_verbose() else False)
     onnx_program.exported_program = None  # memory: the ONNX model is what is kept
     return onnx_program
 
 
-def optimize_graph(model: ir.Model, options: dict) -> None:
+def optimize_graph(model: ir.Model, options: ExportOptions) -> None:
     """The graph optimizer (`onnx_optimize.optimize`) at --optimize's level; none with --no-constant-folding."""
-    if options.get("optimize", True):
-        optimize(model, options.get("optimize_level"))
+    if options.optimize:
+        optimize(model, options.optimize_level)
 
 
-def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options: dict) -> None:
-    """`files` = (graph file, external weights file) in `directory`; then --slim."""
-    ir.save(model, directory / files[0], external_data=files[1])
-    if options.get("slim"):
-        slim(directory / files[0], files[1])
+def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options: ExportOptions) -> None:
+    """`files` = (graph file, external weights file beside it), relative to `directory`; then --slim."""
+    path = directory / files[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ir.save(model, path, external_data=Path(files[1]).name)
+    if options.slim:
+        slim(path, Path(files[1]).name)
 
 
-def validate_graph(path: Path, calls, arguments, output_names, module, options: dict, graph: str = "",
+def validate_graph(path: Path, calls, arguments, output_names, module, options: ExportOptions, graph: str = "",
                    session=None) -> list:
     """onnxruntime vs PyTorch (`module`) on the captured `calls`: the table logged, --atol enforced.
     `session(ort_session)`: a wrapper feeding the session (e.g. only the inputs its graph kept)."""
@@ -177,9 +237,9 @@ def validate_graph(path: Path, calls, arguments, output_names, module, options: 
 
     loaded = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rows = compare(session(loaded) if session else loaded, calls, arguments, output_names, module,
-                   options.get("fill"))
+                   options.fill)
     logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(calls), table(rows))
-    gate(rows, options.get("atol"), warn_above(options), graph)
+    gate(rows, options.atol, warn_above(options), graph)
     return rows
 
 
@@ -203,9 +263,9 @@ def copy_files(ctx: ExportContext) -> None:
     ctx.model.config.save_pretrained(ctx.staging)
     if getattr(ctx.model, "generation_config", None) is not None and ctx.model.can_generate():
         ctx.model.generation_config.save_pretrained(ctx.staging)
-    if ctx.tokenizer is None and getattr(ctx, "processor", None) is None:
+    if ctx.tokenizer is None and ctx.processor is None:
         return
-    kwargs = ctx.options.get("hub_options", {})
+    kwargs = ctx.options.hub_options
     local = Path(ctx.model_id) / (kwargs.get("subfolder") or "")
     for name in preprocessor_files(ctx.model_id, kwargs):
         if local.is_dir():
@@ -217,5 +277,5 @@ def copy_files(ctx: ExportContext) -> None:
                 "subfolder", "revision", "cache_dir", "token", "force_download", "local_files_only")}), ctx.staging / name)
 
 
-__all__ = ["ONNX_DATA", "ONNX_FILE", "OnnxExporter", "copy_files", "optimize_graph", "rename_io",
-           "save_graph", "translate_program", "validate_graph", "warn_above"]
+__all__ = ["ONNX_DATA", "ONNX_FILE", "GraphInputs", "OnnxExporter", "copy_files", "onnx_files", "optimize_graph",
+           "rename_io", "save_graph", "static_axes", "translate_program", "validate_graph", "warn_above"]

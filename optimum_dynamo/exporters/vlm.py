@@ -35,9 +35,10 @@ import torch
 from ..capture import Call, InputObserver, observe
 from ..errors import ExportError
 from ..flatten import flat_outputs
-from ..staging import staged
+from ..options import ExportOptions
 from .base import ExportContext
-from .observed import export_observed
+from .component import Component
+from .observed import ObservedOnnxExporter
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class TextDecoder(torch.nn.Module):
 @dataclass
 class VlmExport:
     output: Path
-    components: dict[str, ExportContext] = field(default_factory=dict)
+    components: dict[str, Component] = field(default_factory=dict)
     layout: dict[str, Any] = field(default_factory=dict)  # the content of vlm.json
     tokens: torch.Tensor | None = None  # PyTorch's greedy tokens of the observed generate (new tokens only)
 
@@ -233,16 +234,21 @@ def export_vlm(
         "vision_skip": skip,
         "token_type_ids": token_types is not None,
     }
-    with staged(output) as staging:  # all components or nothing
-        for component, (observer, names, constants) in plan.items():
-            logger.info("exporting %s", component)
-            try:
-                ctx = export_observed(observer, staging / component, inputs=names, constants=constants, atol=atol)
-            except ExportError as e:
-                raise ExportError(f"{component}: {e}") from e
-            ctx.output = output / component
-            result.components[component] = ctx
-        (staging / VLM_FILE).write_text(json.dumps(result.layout, indent=2))
-        model.config.save_pretrained(staging)
-        processor.save_pretrained(staging)
+    ctx = ExportContext(output=output, options=ExportOptions.make(atol=atol), model_id=str(getattr(
+        model, "name_or_path", "") or type(model).__name__), model=model, processor=processor)
+    VlmOnnxExporter(plan, result.layout).run(ctx)  # all components or nothing
+    result.components = {part.name: part for part in ctx.components}
     return result
+
+
+class VlmOnnxExporter(ObservedOnnxExporter):
+    """The observed components, one directory each, beside the model's config and processor and `vlm.json`."""
+
+    def __init__(self, parts, layout: dict[str, Any]):
+        super().__init__(parts, directories=True)
+        self.layout = layout
+
+    def copy_files(self, ctx: ExportContext) -> None:
+        (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
+        ctx.model.config.save_pretrained(ctx.staging)
+        ctx.processor.save_pretrained(ctx.staging)

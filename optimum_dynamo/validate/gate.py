@@ -17,7 +17,7 @@ def gate(rows: Sequence[Discrepancy], atol: float | None, warn_above: float, gra
     worst = max(rows, key=lambda r: r.max_abs, default=None)
     if worst is None:
         return
-    which = f"{graph} output" if graph else "output"
+    which = f"{graph}: output" if graph else "output"
     if atol is None and worst.max_abs > warn_above:
         logger.warning("    warning: %s %r differs from PyTorch by %.3e (> %g); pass --atol to make this an error",
                        which, worst.output, worst.max_abs, warn_above)
