@@ -24,6 +24,7 @@ _API = {
     "VlmRunner": "optimum_dynamo.runtime.vlm",
     "load_program": "optimum_dynamo.exporters.pt2",
     "load_package": "optimum_dynamo.exporters.pt2",
+    "package_io": "optimum_dynamo.exporters.pt2",
 }
 
 

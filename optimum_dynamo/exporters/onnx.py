@@ -94,8 +94,8 @@ class OnnxExporter(Exporter):
         if not (ctx.options.pt2 or ctx.options.aoti):
             return
         part = ctx.only  # the entry point refuses --pt2/--aoti for exports of several graphs
-        ctx.manifest["pt2"] = write_artifacts(part.program, part.module, part.arguments.kwargs, ctx.staging,
-                                              pt2=ctx.options.pt2, aoti=ctx.options.aoti, atol=ctx.options.atol)
+        ctx.manifest["pt2"] = write_artifacts(part.program, part, ctx.staging, pt2=ctx.options.pt2,
+                                              aoti=ctx.options.aoti, atol=ctx.options.atol, fill=ctx.options.fill)
 
     @stage("translate to ONNX")
     def translate(self, ctx: ExportContext) -> None:
