@@ -101,6 +101,15 @@ def test_reloaded_program_generates_pytorch_greedy_tokens(pt2_export, kind):
     assert run.stdout.strip().splitlines()[-1] == str(pytorch_greedy(checkpoint))
 
 
+def test_main_export_writes_the_program(checkpoints, tmp_path):
+    from optimum.exporters.onnx import main_export
+
+    main_export(str(checkpoints("llama")), str(tmp_path / "out"), dynamo=True, pt2=True)
+    manifest = json.loads((tmp_path / "out" / "optimum_dynamo.json").read_text())
+    assert list(manifest["programs"]) == ["model.pt2"] and manifest["programs"]["model.pt2"] < 1e-4
+    assert not (tmp_path / "out" / "model_aoti.pt2").exists()
+
+
 def test_pt2_with_encoder_decoder_is_refused(tmp_path):
     from tiny import save_tiny_model
 
