@@ -114,6 +114,19 @@ def test_prefill_runs_in_one_call(pte_exports, model_type):
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("model_type", params(MODELS))
+def test_sliding_layers_hold_the_window(pte_exports, model_type):
+    """The cache buffers inside the program: the window (6) on sliding layers, max_seq_len on the others."""
+    from transformers import AutoConfig
+
+    checkpoint, out = pte_exports(model_type)
+    config = AutoConfig.from_pretrained(checkpoint)
+    kinds = getattr(config, "layer_types", None) or ["sliding_attention" if MODELS[model_type] else "full_attention"] * 2
+    expected = [6 if kind == "sliding_attention" else MAX_SEQ_LEN for kind in kinds]
+    assert json.loads((out / MANIFEST_FILE).read_text())["cache_lengths"] == expected
+    assert {"gemma2": [6, MAX_SEQ_LEN], "llama": [MAX_SEQ_LEN] * 2}.get(model_type, expected) == expected
+
+
 @pytest.mark.parametrize("model_type", params(["llama", "gemma2"]))
 def test_generation_stops_at_max_seq_len(pte_exports, model_type):
     from executorch.runtime import Runtime

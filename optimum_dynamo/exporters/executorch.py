@@ -229,6 +229,7 @@ class ExecutorchExporter(Exporter):
             runtime="optimum.executorch.ExecuTorchModelForCausalLM",
             recipe=ctx.options.recipe,
             max_seq_len=ctx.options.max_seq_len,
+            cache_lengths=[layer.max_cache_len for layer in ctx.wrapper.cache.layers],  # sliding layers: the window
             metadata=ctx.manifest.get("metadata", {}),
         )
 
