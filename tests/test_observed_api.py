@@ -105,7 +105,7 @@ def test_nan_outputs_count_as_the_worst_difference(tmp_path):
     from onnx import TensorProto, helper
 
     from optimum_dynamo.capture import Call, ExportArguments
-    from optimum_dynamo.validate import compare
+    from optimum_dynamo.validate import compare, references
 
     graph = helper.make_graph(
         [helper.make_node("Div", ["x", "x"], ["y"])], "nan",
@@ -116,5 +116,5 @@ def test_nan_outputs_count_as_the_worst_difference(tmp_path):
     session = onnxruntime.InferenceSession(str(tmp_path / "nan.onnx"), providers=["CPUExecutionProvider"])
     x = torch.tensor([0.0, 1.0, 2.0])
     args = ExportArguments(kwargs={"x": x}, dynamic_shapes={"x": None}, input_names=["x"], axis_names={}, sample_call=0)
-    (row,) = compare(session, [Call({"x": x}, {"y": torch.ones(3)})], args, ["y"], model=None)
+    (row,) = compare(session, references([Call({"x": x}, {"y": torch.ones(3)})], args, model=None), args, ["y"])
     assert row.output == "y" and row.max_abs == float("inf")

@@ -184,6 +184,17 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(error).__name__
 
 
+def release_weights(ctx: ExportContext) -> None:
+    """Free the weights of a model the export loaded itself once PyTorch is not run again (the validation
+    session loads its own copy: at most one extra copy alive). A model the caller passed is left alone.
+    The tensors are emptied in place, not replaced: other holders of the same tensor objects (the ONNX
+    translation's initializers) must not keep the memory, nor the checkpoint's mapped file, alive."""
+    if ctx.target is None or ctx.target.model is not None or not isinstance(ctx.model, torch.nn.Module):
+        return
+    for tensor in (*ctx.model.parameters(), *ctx.model.buffers()):
+        tensor.data = torch.empty(0, dtype=tensor.dtype)
+
+
 def _patch_options(options: ExportOptions) -> tuple[str, ...]:
     """Optional patches an export asks for: fused levels keep grouped key/value heads unrepeated."""
     from ..patches.transformers_gqa import FUSED_ATTENTION

@@ -22,7 +22,7 @@ from ..manifest import component_record, write_manifest
 from ..options import ExportOptions
 from ..runtime.greedy import greedy
 from ..target import resolve
-from ..validate import compare, gate, table
+from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, stage
 from .component import Component
 from .onnx import copy_files
@@ -214,7 +214,8 @@ class ExecutorchExporter(Exporter):
             logger.info("    skipped (validate=False)")
             return
         session = PteSession(ctx.staging / PTE_FILE)  # a fresh program: its cache evolves as during capture
-        ctx.only.discrepancies = compare(session, ctx.observer.calls, ctx.arguments, ctx.output_names, ctx.wrapper)
+        ctx.only.discrepancies = compare(session, references(ctx.observer.calls, ctx.arguments, ctx.wrapper),
+                                           ctx.arguments, ctx.output_names)
         logger.info("    executorch vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
         if len(ctx.discrepancies) != len(OUTPUTS):
             raise PipelineError("validation compared no output of the .pte")

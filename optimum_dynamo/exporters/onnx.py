@@ -19,8 +19,8 @@ from ..flatten import flat_outputs
 from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..options import ExportOptions
-from ..validate import compare, gate, table
-from .base import ExportContext, Exporter, stage
+from ..validate import compare, gate, references, table
+from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import contrib_ops, default_opset, optimize
 from .pt2 import write_artifacts
@@ -101,6 +101,7 @@ class OnnxExporter(Exporter):
     def translate(self, ctx: ExportContext) -> None:
         for part in ctx.components:
             part.onnx_program = translate_program(part.program, ctx.options)
+            part.weights = list(part.onnx_program.model.graph.initializers.values())
             part.program = None  # memory: the ONNX model is what is kept
 
     @stage("name inputs and outputs")
@@ -134,7 +135,12 @@ class OnnxExporter(Exporter):
             part.contrib_ops = contrib_ops(model)
             part.inputs_kept = [v.name for v in model.graph.inputs]
             save_graph(model, ctx.staging, tuple(onnx_files(part)), ctx.options)
-            part.onnx_program = None  # memory: validation loads the saved file; one graph's weights at a time
+            # memory: validation loads the saved file. The translated weights share the PyTorch model's tensors and
+            # outlive the graph (onnxscript's rewrite rules keep what they last matched, incl. replaced weights):
+            # their tensors are dropped here, so that releasing the model frees its memory.
+            for value in (*part.weights, *model.graph.initializers.values()):
+                value.const_value = None
+            part.weights, part.onnx_program = [], None
 
     @stage("copy configs and tokenizer")
     def copy_files(self, ctx: ExportContext) -> None:
@@ -145,10 +151,12 @@ class OnnxExporter(Exporter):
         if not ctx.options.validate:  # do_validation=False
             logger.info("    skipped (do_validation=False)")
             return
-        for part in ctx.components:
-            part.discrepancies = validate_graph(ctx.staging / onnx_files(part)[0], part.calls, part.arguments,
-                                                part.output_names, part.module, ctx.options,
-                                                self.graph_label(ctx, part), GraphInputs if part.drop_unused else None)
+        cases = [references(part.calls, part.arguments, part.module, ctx.options.fill) for part in ctx.components]
+        release_weights(ctx)  # memory: PyTorch is not run again; the sessions load their own copy
+        for part, found in zip(ctx.components, cases):
+            part.discrepancies = validate_graph(ctx.staging / onnx_files(part)[0], found, part.arguments,
+                                                part.output_names, ctx.options, self.graph_label(ctx, part),
+                                                GraphInputs if part.drop_unused else None)
 
     @stage("write manifest")
     def manifest(self, ctx: ExportContext) -> None:
@@ -229,16 +237,15 @@ def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options
         slim(path, Path(files[1]).name)
 
 
-def validate_graph(path: Path, calls, arguments, output_names, module, options: ExportOptions, graph: str = "",
+def validate_graph(path: Path, cases, arguments, output_names, options: ExportOptions, graph: str = "",
                    session=None) -> list:
-    """onnxruntime vs PyTorch (`module`) on the captured `calls`: the table logged, --atol enforced.
+    """onnxruntime vs PyTorch on the captured calls (`validate.references`): the table logged, --atol enforced.
     `session(ort_session)`: a wrapper feeding the session (e.g. only the inputs its graph kept)."""
     import onnxruntime as ort
 
     loaded = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    rows = compare(session(loaded) if session else loaded, calls, arguments, output_names, module,
-                   options.fill)
-    logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(calls), table(rows))
+    rows = compare(session(loaded) if session else loaded, cases, arguments, output_names)
+    logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(cases), table(rows))
     gate(rows, options.atol, warn_above(options), graph)
     return rows
 

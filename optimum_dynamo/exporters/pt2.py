@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..flatten import flat_inputs, flat_outputs, register
-from ..validate import compare, gate, table
+from ..validate import compare, gate, references, table
 from ..validate.report import rebuild_kwargs
 
 logger = logging.getLogger(__name__)
@@ -148,9 +148,10 @@ def write_artifacts(program, part, directory: Path, *, pt2: bool, aoti: bool, at
     found = {}
     writers = ([lambda: write_pt2(program, part.arguments, directory)] if pt2 else []) + (
         [lambda: write_aoti(program, part.arguments, directory, output_names)] if aoti else [])
+    cases = references(part.calls, part.arguments, part.module, fill)
     for write in writers:
         name, session = write()
-        rows = compare(session, part.calls, part.arguments, output_names, part.module, fill)
+        rows = compare(session, cases, part.arguments, output_names)
         logger.info("    %s vs PyTorch on %d calls:\n%s", name, len(part.calls), table(rows))
         gate(rows, limit, limit, name)
         found[name] = max(row.max_abs for row in rows)

@@ -106,24 +106,34 @@ def _unmasked(mask: torch.Tensor | None, shape: tuple[int, ...], axis: int | Non
     return np.broadcast_to(keep.reshape(view), shape)
 
 
-def compare(
-    session, calls: Sequence[Call], args: ExportArguments, output_names: list[str], model, fill: dict[str, Fill] | None = None
-) -> list[Discrepancy]:
-    """Run `session` on every recorded call and compare each output with PyTorch's: the recorded
-    output, or `model` run again on the same inputs when some were substituted. Positions hidden
-    by the attention mask are left out (padding computes different garbage in each runtime)."""
-    positions = position_axes(session)
+def references(calls: Sequence[Call], args: ExportArguments, model, fill: dict[str, Fill] | None = None
+               ) -> list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+    """PyTorch's side of the comparison, per recorded call: the flat inputs fed to the runtime and the outputs
+    expected — the recorded ones, or `model` run again on the same inputs when some were substituted. Made
+    before the runtime's session, so that the model's weights can be released in between."""
     kwarg_names = [k for k in args.kwargs if any(n == k or n.startswith(input_name(k, "")) for n in args.input_names)]
-    worst: dict[str, Discrepancy] = {}
-    for i, call in enumerate(tqdm(calls, desc="validate", unit="call", leave=False, disable=len(calls) < 8)):
+    found = []
+    for call in calls:
         flat = flat_inputs(call.kwargs, kwarg_names)
         feed = substitute_missing(flat, args, fill)
-        results = session.run(None, {n: feed[n].numpy() for n in args.input_names})
         if len(feed) > len(flat):
             with torch.no_grad():
                 expected = flat_outputs(model(**rebuild_kwargs(feed, args)))
         else:
             expected = flat_outputs(call.outputs)
+        found.append((feed, expected))
+    return found
+
+
+def compare(session, cases: Sequence[tuple[dict, dict]], args: ExportArguments, output_names: list[str]
+            ) -> list[Discrepancy]:
+    """Run `session` on every case (`references`) and compare each output with PyTorch's. Positions hidden
+    by the attention mask are left out (padding computes different garbage in each runtime)."""
+    positions = position_axes(session)
+    worst: dict[str, Discrepancy] = {}
+    for i, (feed, expected) in enumerate(tqdm(cases, desc="validate", unit="call", leave=False,
+                                               disable=len(cases) < 8)):
+        results = session.run(None, {n: feed[n].numpy() for n in args.input_names})
         for name, got in zip(output_names, results):
             if name not in expected:
                 continue
