@@ -2,11 +2,14 @@
 
 import onnx
 import pytest
+import torch
+import transformers
 from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from optimum_dynamo.manifest import read_manifest
 from parity import assert_causal_lm_parity, padded_batch
+from tiny import save_tiny_decoder
 
 from conftest import optimum_cli
 
@@ -25,32 +28,99 @@ def _io_names(path):
     return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
 
 
+@pytest.fixture(scope="module")
+def o3_exports(checkpoints, tmp_path_factory):
+    """`--dynamo --optimize O3` exports (validated with --atol 1e-4), made once: o3_exports("llama") -> dir."""
+    root, made = tmp_path_factory.mktemp("o3"), {}
+
+    def get(model_type):
+        if model_type not in made:
+            run = _export(checkpoints(model_type), root / model_type, "--optimize", "O3")
+            assert "onnxruntime vs PyTorch" in run.stderr  # the validation stage ran, under the --atol gate
+            made[model_type] = root / model_type
+        return made[model_type]
+
+    return get
+
+
 @pytest.mark.parametrize("model_type", FUSED_MODELS)
-def test_o3_greedy_and_names_match(model_type, checkpoints, dynamo_exports, tmp_path):
+def test_o3_greedy_and_names_match(model_type, checkpoints, dynamo_exports, o3_exports):
     """O3 on a left-padded batch: identical greedy tokens, logits within 1e-4, the plain export's I/O names."""
-    out = tmp_path / "o3"
-    run = _export(checkpoints(model_type), out, "--optimize", "O3")
-    assert "onnxruntime vs PyTorch" in run.stderr  # the validation stage ran, under the --atol gate
+    out = o3_exports(model_type)
     ort_model = ORTModelForCausalLM.from_pretrained(out)
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoints(model_type)).eval()
     assert_causal_lm_parity(ort_model, torch_model, padded_batch(AutoTokenizer.from_pretrained(out)))
     assert _io_names(out) == _io_names(dynamo_exports(model_type))
     manifest = read_manifest(out)
+    layers = torch_model.config.num_hidden_layers
     assert manifest["optimize_level"] == "O3"
+    # transformers 5 runs gemma2's attention eagerly (logit softcapping): no SDPA, nothing to fuse
+    eager = model_type == "gemma2" and int(transformers.__version__.split(".")[0]) >= 5
+    assert manifest["contrib_ops"].get("GroupQueryAttention", 0) == (0 if eager else layers)
     assert "SkipSimplifiedLayerNormalization" in manifest["contrib_ops"]
     assert max(row["max_abs"] for row in manifest["discrepancies"]) < 1e-4
 
 
-def test_o3_llama_fuses_attention_and_norms(checkpoints, tmp_path):
-    """One Attention per layer on the unrepeated kv heads, two skip-norms per layer. (RotaryEmbedding fuses
-    on transformers 4 only: onnxscript's cos/sin-cache pattern does not match transformers 5's rotary.)"""
-    out = tmp_path / "o3"
-    _export(checkpoints("llama"), out, "--optimize", "O3")
+def test_o3_llama_layers_are_fused(checkpoints, o3_exports):
+    """Per layer: GroupQueryAttention on the cache (inside an If whose other branch is ONNX Attention for the
+    calls its CPU kernel refuses), two skip-norms, no repeated key/value heads, the past length read once.
+    (RotaryEmbedding fuses on transformers 4 only: onnxscript's cos/sin-cache pattern does not match
+    transformers 5's rotary.)"""
+    out = o3_exports("llama")
     ops = read_manifest(out)["contrib_ops"]
     layers = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).config.num_hidden_layers
-    assert ops["Attention"] == layers and ops["SkipSimplifiedLayerNormalization"] == 2 * layers
-    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
-    assert not any(n.op_type == "Expand" and "past" in n.input[0] for n in model.graph.node)
+    assert ops["GroupQueryAttention"] == ops["Attention"] == layers
+    assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    branches = [{a.name: a.g.node[0].op_type for a in n.attribute} for n in graph.node if n.op_type == "If"]
+    assert branches == [{"then_branch": "GroupQueryAttention", "else_branch": "Attention"}] * layers
+    assert not any(n.op_type == "Expand" and "past" in n.input[0] for n in graph.node)
+    past_reads = [n for n in graph.node if n.op_type == "Shape" and n.input[0].startswith("past_key_values")]
+    assert len(past_reads) <= 2, [n.input[0] for n in past_reads]  # batch and past length, not per layer
+
+
+def test_o3_continues_a_batch_over_its_cache(checkpoints, o3_exports):
+    """The case GroupQueryAttention's CPU kernel refuses (two rows, three new tokens, a non-empty cache:
+    prefix caching, assisted decoding) runs through the If's other branch: logits and cache = PyTorch's."""
+    import numpy as np
+    import onnxruntime as ort
+
+    out = o3_exports("llama")
+    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = padded_batch(AutoTokenizer.from_pretrained(out))
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    more = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    full_mask = torch.cat([mask, torch.ones_like(more)], dim=1)
+    positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+    feed = {"input_ids": more.numpy(), "attention_mask": full_mask.numpy(),
+            "position_ids": positions[:, ids.shape[1]:].numpy()}
+    with torch.no_grad():
+        first = torch_model(input_ids=ids, attention_mask=mask, position_ids=positions[:, : ids.shape[1]])
+        for i, layer in enumerate(first.past_key_values.to_legacy_cache()):  # before the cache grows
+            feed[f"past_key_values.{i}.key"], feed[f"past_key_values.{i}.value"] = layer[0].numpy().copy(), \
+                layer[1].numpy().copy()
+        second = torch_model(input_ids=more, attention_mask=full_mask, position_ids=positions[:, ids.shape[1]:],
+                             past_key_values=first.past_key_values)
+    assert feed["past_key_values.0.key"].shape[2] == ids.shape[1]
+    logits = session.run(["logits"], feed)[0]
+    assert np.abs(logits - second.logits.numpy()).max() < 1e-4
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "gemma2"])
+def test_o3_keeps_bounded_sliding_caches(model_type, tmp_path):
+    """Window 6 (sliding layers hold 5 positions; gemma2's layers alternate sliding / full) and a 9-token
+    prompt: O3 generates like PyTorch. mistral's attentions are GroupQueryAttention on the bounded cache."""
+    sizes = dict(head_dim=16, query_pre_attn_scalar=16) if model_type == "gemma2" else {}
+    ckpt = save_tiny_decoder(model_type, tmp_path / "ckpt", sliding_window=6, **sizes)
+    out = tmp_path / "o3"
+    _export(ckpt, out, "--optimize", "O3")
+    if model_type == "mistral":
+        assert read_manifest(out)["contrib_ops"]["GroupQueryAttention"] == 2
+    inputs = padded_batch(AutoTokenizer.from_pretrained(out))
+    assert inputs["input_ids"].shape[1] > 6
+    assert_causal_lm_parity(ORTModelForCausalLM.from_pretrained(out),
+                            AutoModelForCausalLM.from_pretrained(ckpt).eval(), inputs)
 
 
 @pytest.mark.parametrize("level", ["O1", "O2"])

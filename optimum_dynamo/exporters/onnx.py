@@ -22,7 +22,7 @@ from ..options import ExportOptions
 from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
-from .onnx_optimize import contrib_ops, default_opset, optimize
+from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims
 from .pt2 import write_artifacts
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ def rename_io(model: ir.Model, input_names, axis_names, output_names) -> None:
         value.name = name
         if value.shape is not None:
             value.shape = ir.Shape([rename(d) for d in value.shape])
+    share_input_dims(graph)
 
 
 def _copy(graph: ir.Graph, value: ir.Value) -> ir.Value:
