@@ -48,7 +48,8 @@ def _generate(model, inputs):
                           output_scores=True, return_dict_in_generate=True)
 
 
-@pytest.mark.parametrize("model_type", MODELS)
+@pytest.mark.parametrize("model_type", [m if m in ("t5", "bart") else pytest.param(m, marks=pytest.mark.slow)
+                                        for m in MODELS])
 def test_greedy_and_scores_match_pytorch(model_type, seq2seq):
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
