@@ -1,8 +1,19 @@
-"""Decode-step latency of an exported decoder: batch 1, one new token over a given past, onnxruntime CPU."""
+"""Decode-step latency of exported decoders: batch 1, one new token over a given past, onnxruntime CPU.
+
+Graphs are measured side by side: each round runs every graph (a warm-up step, then `steps` timed
+steps) and keeps each graph's median step; a graph's speedup is the median over rounds of the first
+graph's round median divided by its own. On a machine whose memory bandwidth varies (other tenants),
+per-round ratios are what stays comparable; the minimum over a run is not.
+
+    python benchmarks/decode_step.py ts=DIR/model.onnx o3=DIR/model.onnx [threads=1] [rounds=30]
+"""
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -20,11 +31,21 @@ def decode_feed(session, past: int = 128, batch: int = 1) -> dict[str, np.ndarra
         elif name == "position_ids":
             feed[name] = np.full((batch, 1), past, dtype=np.int64)
         elif name.startswith("past_key_values."):
-            heads, head_dim = inp.shape[1], inp.shape[3]
+            heads, head_dim = inp.shape[1], inp.shape[3] if isinstance(inp.shape[3], int) else head_dim_of(session)
             feed[name] = rng.standard_normal((batch, heads, past, head_dim)).astype(np.float32)
         else:
             raise ValueError(f"unexpected input {name}")
     return feed
+
+
+def head_dim_of(session) -> int:
+    """A graph that leaves the cache's head dimension symbolic (onnxruntime-genai's builder): read it from
+    the configuration beside it (genai_config.json, else config.json)."""
+    directory = Path(session._model_path).parent
+    if (directory / "genai_config.json").exists():
+        return json.loads((directory / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
+    config = json.loads((directory / "config.json").read_text())
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
 def session(path, threads: int):
@@ -36,28 +57,29 @@ def session(path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def step_ms(paths: dict[str, str], threads: int = 1, past: int = 128, rounds: int = 20, steps: int = 20) -> dict[str, float]:
-    """Min single-step time (ms) per graph over `rounds` x `steps` runs; graphs alternate between rounds, so
-    every graph sees the same machine load (the min is the least disturbed step on a shared machine)."""
+def step_ms(paths: dict[str, str], threads: int = 1, past: int = 128, rounds: int = 30, steps: int = 15
+            ) -> dict[str, tuple[float, float]]:
+    """label -> (median step ms, speedup over the first graph: median of per-round ratios)."""
     sessions = {k: session(p, threads) for k, p in paths.items()}
     feeds = {k: decode_feed(s, past) for k, s in sessions.items()}
-    best = {k: float("inf") for k in sessions}
+    medians: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(rounds):
         for k, s in sessions.items():
             s.run(None, feeds[k])
+            times = []
             for _ in range(steps):
                 start = time.perf_counter()
                 s.run(None, feeds[k])
-                best[k] = min(best[k], (time.perf_counter() - start) * 1000)
-    return best
+                times.append(time.perf_counter() - start)
+            medians[k].append(statistics.median(times) * 1000)
+    reference = medians[next(iter(sessions))]
+    return {k: (statistics.median(v), statistics.median(r / m for r, m in zip(reference, v))) for k, v in medians.items()}
 
 
 if __name__ == "__main__":
     import sys
 
     args = dict(a.split("=", 1) for a in sys.argv[1:])
-    threads = int(args.pop("threads", 1))
-    result = step_ms(args, threads)
-    base = next(iter(result.values()))
-    for k, v in result.items():
-        print(f"{k:20s} {v:8.3f} ms  x{base / v:.3f}")
+    threads, rounds = int(args.pop("threads", 1)), int(args.pop("rounds", 30))
+    for label, (ms, speedup) in step_ms(args, threads, rounds=rounds).items():
+        print(f"{label:20s} {ms:8.3f} ms  x{speedup:.3f}")

@@ -6,7 +6,12 @@ in this process: decode-step latency (batch 1, past 128, 1 and 2 threads), greed
 ORTModelForCausalLM (checked against PyTorch's tokens), and the capture's overhead over one plain
 `generate`. Prints ratios measured in the same run; graphs alternate within each timing round.
 
-    python benchmarks/run.py [--models tiny,llama56m] [--work DIR] [--tokens 64]
+    python benchmarks/run.py [--models tiny,llama56m,qwen05b] [--exports "torchscript,dynamo O3"]
+                             [--anchor genai=DIR] [--export-only] [--work DIR] [--tokens 64]
+
+`--anchor`: a graph built by another tool from the same checkpoint (`--work DIR` keeps the checkpoints in
+DIR/checkpoints), e.g. onnxruntime-genai's model builder in a transformers-5 environment:
+`python -m onnxruntime_genai.models.builder -i DIR/checkpoints/llama56m -o GENAI -p fp32 -e cpu`.
 """
 
 from __future__ import annotations
@@ -135,12 +140,20 @@ def versions() -> str:
     return ", ".join(f"{k} {v}" for k, v in found().items())
 
 
+def weights_mb(checkpoint: Path) -> float:
+    return sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")) / 2**20
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="tiny,llama56m")
     parser.add_argument("--work", default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--exports", default=",".join(label for label, _ in EXPORTS))
+    parser.add_argument("--anchor", action="append", default=[], metavar="LABEL=DIR",
+                        help="another exporter's decoder graph (DIR/model.onnx, e.g. onnxruntime-genai's model "
+                             "builder) measured in the same decode-step rounds")
+    parser.add_argument("--export-only", action="store_true", help="export wall and peak RSS only")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = Path(args.work or tempfile.mkdtemp(prefix="optimum-dynamo-bench-"))
@@ -148,24 +161,35 @@ def main() -> None:
     print(f"# {datetime.date.today()} | {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()} | {versions()}")
     for name in args.models.split(","):
         checkpoint = build(name, root / "checkpoints")
+        weights = weights_mb(checkpoint)
         rows = {}
         for label, flags in EXPORTS:
             if label in wanted:
                 rows[label] = export(checkpoint, root / name / label.replace(" ", "_"), flags)
-        paths = {label: root / name / label.replace(" ", "_") / "model.onnx" for label in rows}
-        steps = {threads: decode_step.step_ms({k: str(p) for k, p in paths.items()}, threads) for threads in (1, 2)}
         ref = next(iter(rows))
-        print(f"\n## {name}: ratios vs {ref} (>1 = faster / smaller for speed and RSS; <1 = faster for export wall)")
-        print("| export | wall s (ratio) | peak RSS MB (ratio) | nodes | contrib ops | step 1 thr ms (speedup) "
-              "| step 2 thr ms (speedup) | greedy tok/s | tokens = PyTorch |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"\n## {name} ({weights:.0f} MB of fp32 weights): export, ratios vs {ref}")
+        print("| export | wall s (ratio) | peak RSS MB (ratio; x weights) | nodes | contrib ops |")
+        print("|---|---|---|---|---|")
         for label, row in rows.items():
-            tok_s, same = greedy_tok_s(paths[label].parent, checkpoint, args.tokens)
-            s1, s2 = steps[1][label], steps[2][label]
             ops = ", ".join(f"{k} {v}" for k, v in row["ops"].items()) or "—"
             print(f"| {label} | {row['wall_s']:.1f} ({row['wall_s'] / rows[ref]['wall_s']:.2f}) "
-                  f"| {row['rss_mb']:.0f} ({row['rss_mb'] / rows[ref]['rss_mb']:.2f}) | {row['nodes']} | {ops} "
-                  f"| {s1:.2f} ({steps[1][ref] / s1:.2f}) | {s2:.2f} ({steps[2][ref] / s2:.2f}) | {tok_s:.0f} | {same} |")
+                  f"| {row['rss_mb']:.0f} ({row['rss_mb'] / rows[ref]['rss_mb']:.2f}; {row['rss_mb'] / weights:.2f}x) "
+                  f"| {row['nodes']} | {ops} |")
+        if args.export_only:
+            continue
+        paths = {label: str(root / name / label.replace(" ", "_") / "model.onnx") for label in rows}
+        paths.update((label, str(Path(directory) / "model.onnx")) for label, directory in
+                     (anchor.split("=", 1) for anchor in args.anchor))
+        steps = {threads: decode_step.step_ms(paths, threads) for threads in (1, 2)}
+        print(f"\n## {name}: decode step (batch 1, past 128), speedup vs {ref} (median of per-round ratios), "
+              f"greedy {args.tokens} tokens through ORTModelForCausalLM")
+        print("| graph | 1 thread ms (speedup) | 2 threads ms (speedup) | greedy tok/s | tokens = PyTorch |")
+        print("|---|---|---|---|---|")
+        for label in paths:
+            (ms1, x1), (ms2, x2) = steps[1][label], steps[2][label]
+            tok_s, same = greedy_tok_s(Path(paths[label]).parent, checkpoint, args.tokens) if label in rows else (None, None)
+            greedy = f"{tok_s:.0f} | {same}" if tok_s else "— | —"
+            print(f"| {label} | {ms1:.2f} ({x1:.2f}) | {ms2:.2f} ({x2:.2f}) | {greedy} |")
         print(f"\ncapture overhead ({name}): observed drive / plain drive = {capture_overhead(checkpoint):.2f}")
 
 
