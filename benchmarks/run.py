@@ -7,7 +7,7 @@ ORTModelForCausalLM (checked against PyTorch's tokens), and the capture's overhe
 `generate`. Prints ratios measured in the same run; graphs alternate within each timing round.
 
     python benchmarks/run.py [--models tiny,llama56m,qwen05b] [--exports "torchscript,dynamo O3"]
-                             [--anchor genai=DIR] [--export-only] [--work DIR] [--tokens 64]
+                             [--anchor llama56m:genai=DIR] [--export-only] [--work DIR] [--tokens 64]
 
 `--anchor`: a graph built by another tool from the same checkpoint (`--work DIR` keeps the checkpoints in
 DIR/checkpoints), e.g. onnxruntime-genai's model builder in a transformers-5 environment:
@@ -150,9 +150,9 @@ def main() -> None:
     parser.add_argument("--work", default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--exports", default=",".join(label for label, _ in EXPORTS))
-    parser.add_argument("--anchor", action="append", default=[], metavar="LABEL=DIR",
-                        help="another exporter's decoder graph (DIR/model.onnx, e.g. onnxruntime-genai's model "
-                             "builder) measured in the same decode-step rounds")
+    parser.add_argument("--anchor", action="append", default=[], metavar="MODEL:LABEL=DIR",
+                        help="another tool's graph of MODEL's checkpoint (DIR/model.onnx, e.g. onnxruntime-genai's "
+                             "model builder) measured in the same decode-step rounds")
     parser.add_argument("--export-only", action="store_true", help="export wall and peak RSS only")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -172,14 +172,17 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for label, row in rows.items():
             ops = ", ".join(f"{k} {v}" for k, v in row["ops"].items()) or "—"
+            of_weights = f"; {row['rss_mb'] / weights:.2f}x" if weights > 50 else ""  # meaningless for tiny models
             print(f"| {label} | {row['wall_s']:.1f} ({row['wall_s'] / rows[ref]['wall_s']:.2f}) "
-                  f"| {row['rss_mb']:.0f} ({row['rss_mb'] / rows[ref]['rss_mb']:.2f}; {row['rss_mb'] / weights:.2f}x) "
-                  f"| {row['nodes']} | {ops} |")
+                  f"| {row['rss_mb']:.0f} ({row['rss_mb'] / rows[ref]['rss_mb']:.2f}{of_weights}) | {row['nodes']} | {ops} |")
         if args.export_only:
             continue
         paths = {label: str(root / name / label.replace(" ", "_") / "model.onnx") for label in rows}
-        paths.update((label, str(Path(directory) / "model.onnx")) for label, directory in
-                     (anchor.split("=", 1) for anchor in args.anchor))
+        for anchor in args.anchor:
+            model, _, rest = anchor.partition(":")
+            label, _, directory = rest.partition("=")
+            if model == name:
+                paths[label] = str(Path(directory) / "model.onnx")
         steps = {threads: decode_step.step_ms(paths, threads) for threads in (1, 2)}
         print(f"\n## {name}: decode step (batch 1, past 128), speedup vs {ref} (median of per-round ratios), "
               f"greedy {args.tokens} tokens through ORTModelForCausalLM")
