@@ -30,7 +30,6 @@ class Component:
     arguments: Any = None  # capture.ExportArguments
     program: torch.export.ExportedProgram | None = None
     onnx_program: Any = None
-    weights: list[Any] = field(default_factory=list)  # the translated graph's initializers (see OnnxExporter.save)
     output_names: list[str] = field(default_factory=list)
     inputs_kept: list[str] = field(default_factory=list)  # the saved graph's inputs
     contrib_ops: dict[str, int] = field(default_factory=dict)

@@ -102,7 +102,6 @@ class OnnxExporter(Exporter):
     def translate(self, ctx: ExportContext) -> None:
         for part in ctx.components:
             part.onnx_program = translate_program(part.program, ctx.options)
-            part.weights = list(part.onnx_program.model.graph.initializers.values())
             part.program = None  # memory: the ONNX model is what is kept
 
     @stage("name inputs and outputs")
@@ -136,12 +135,11 @@ class OnnxExporter(Exporter):
             part.contrib_ops = contrib_ops(model)
             part.inputs_kept = [v.name for v in model.graph.inputs]
             save_graph(model, ctx.staging, tuple(onnx_files(part)), ctx.options)
-            # memory: validation loads the saved file. The translated weights share the PyTorch model's tensors and
-            # outlive the graph (onnxscript's rewrite rules keep what they last matched, incl. replaced weights):
-            # their tensors are dropped here, so that releasing the model frees its memory.
-            for value in (*part.weights, *model.graph.initializers.values()):
+            # memory: validation loads the saved file. The graph outlives this stage (onnxscript's rewrite rules
+            # keep the last graph they matched), so its tensors (weights folded into new arrays) are dropped here.
+            for value in model.graph.initializers.values():
                 value.const_value = None
-            part.weights, part.onnx_program = [], None
+            part.onnx_program = None
 
     @stage("copy configs and tokenizer")
     def copy_files(self, ctx: ExportContext) -> None:
