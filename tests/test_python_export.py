@@ -78,3 +78,18 @@ def test_without_dynamo_main_export_is_optimums(bare_checkpoints, tmp_path):
     main_export(str(bare_checkpoints("bert")), tmp_path / "out", task="fill-mask", do_validation=False)
     assert (tmp_path / "out" / "model.onnx").exists() and not (tmp_path / "out" / "optimum_dynamo.json").exists()
     ort.ORTModelForMaskedLM.from_pretrained(tmp_path / "out")
+
+
+def test_weights_released_only_when_the_export_loaded_them(checkpoints, tmp_path):
+    """Memory: a model the export loads itself is emptied before the onnxruntime session loads its copy; a
+    model the caller passes is left as it was (same values after the export)."""
+    from transformers import AutoModelForCausalLM
+
+    from optimum_dynamo import export_onnx
+
+    loaded = export_onnx(checkpoints("llama"), tmp_path / "loaded", task="text-generation-with-past")
+    assert all(p.numel() == 0 for p in loaded.model.parameters())
+    model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    export_onnx(model, tmp_path / "passed", task="text-generation-with-past")
+    assert all(torch.equal(before[name], p) for name, p in model.named_parameters())
