@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 
-def decode_feed(session, past: int = 128, batch: int = 1) -> dict[str, np.ndarray]:
-    """Inputs of one decode step: one new token after `past` cached positions (random cache values)."""
+def decode_feed(session, directory: Path, past: int = 128, batch: int = 1) -> dict[str, np.ndarray]:
+    """Inputs of one decode step: one new token after `past` cached positions (random cache values).
+    `directory` holds the graph and its configuration."""
     rng = np.random.default_rng(0)
     feed = {}
     for inp in session.get_inputs():
@@ -31,17 +32,18 @@ def decode_feed(session, past: int = 128, batch: int = 1) -> dict[str, np.ndarra
         elif name == "position_ids":
             feed[name] = np.full((batch, 1), past, dtype=np.int64)
         elif name.startswith("past_key_values."):
-            heads, head_dim = inp.shape[1], inp.shape[3] if isinstance(inp.shape[3], int) else head_dim_of(session)
+            heads, head_dim = inp.shape[1], inp.shape[3]
+            if not isinstance(head_dim, int):
+                head_dim = head_dim_of(directory)
             feed[name] = rng.standard_normal((batch, heads, past, head_dim)).astype(np.float32)
         else:
             raise ValueError(f"unexpected input {name}")
     return feed
 
 
-def head_dim_of(session) -> int:
+def head_dim_of(directory: Path) -> int:
     """A graph that leaves the cache's head dimension symbolic (onnxruntime-genai's builder): read it from
     the configuration beside it (genai_config.json, else config.json)."""
-    directory = Path(session._model_path).parent
     if (directory / "genai_config.json").exists():
         return json.loads((directory / "genai_config.json").read_text())["model"]["decoder"]["head_size"]
     config = json.loads((directory / "config.json").read_text())
@@ -61,7 +63,7 @@ def step_ms(paths: dict[str, str], threads: int = 1, past: int = 128, rounds: in
             ) -> dict[str, tuple[float, float]]:
     """label -> (median step ms, speedup over the first graph: median of per-round ratios)."""
     sessions = {k: session(p, threads) for k, p in paths.items()}
-    feeds = {k: decode_feed(s, past) for k, s in sessions.items()}
+    feeds = {k: decode_feed(s, Path(paths[k]).parent, past) for k, s in sessions.items()}
     medians: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(rounds):
         for k, s in sessions.items():
