@@ -48,10 +48,10 @@ def _standard_cache(model) -> bool:
 def _fix(model) -> None:
     if not _standard_cache(model):
         return
-    kv_heads, head_dim = cache_dims(model)
-    if kv_heads:
+    kv_heads, head_dim = cache_dims(model)  # set only where optimum's own value differs (main fixed qwen2/3)
+    if kv_heads and kv_heads != model.num_key_value_heads:
         model.num_key_value_heads = kv_heads
-    if head_dim:
+    if head_dim and head_dim != model.embed_size_per_head:
         model.embed_size_per_head = head_dim
 
 

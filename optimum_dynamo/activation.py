@@ -14,12 +14,12 @@ _RUNTIME_MODULES = ("optimum.onnxruntime.modeling", "optimum.onnxruntime.modelin
                     "optimum.onnxruntime.modeling_seq2seq")
 
 
-def _integration(name: str):
-    """`integration.<name>`, imported when first called (it imports logging, pathlib, tempfile...)."""
+def _call(where: str, name: str):
+    """`optimum_dynamo.<where>.<name>(module)`, imported when first called (it imports logging, pathlib...)."""
     def call(module):
         import importlib
 
-        return getattr(importlib.import_module("optimum_dynamo.integration"), name)(module)
+        return getattr(importlib.import_module(f"optimum_dynamo.{where}"), name)(module)
 
     return call
 
@@ -32,8 +32,8 @@ def install() -> None:
 
     legacy_bridge.install()
     for module in _RUNTIME_MODULES:
-        when_imported(module, _integration("patch_runtime"))
-    when_imported("optimum.commands.export.onnx", _integration("install_cli_command"))
-    when_imported("optimum.commands.export.executorch", _integration("install_executorch_command"))
+        when_imported(module, _call("integration", "patch_runtime"))
+    when_imported("optimum.commands.export.onnx", _call("cli.onnx", "install"))
+    when_imported("optimum.commands.export.executorch", _call("cli.executorch", "install"))
     for module in ("optimum.exporters.onnx.convert", "optimum.exporters.onnx.__main__"):
-        when_imported(module, _integration("patch_export_functions"))
+        when_imported(module, _call("integration", "patch_export_functions"))

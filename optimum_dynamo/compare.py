@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import describe
+
 EXPORTERS = ("torchscript", "dynamo")
 _TEXTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
 
@@ -124,7 +126,7 @@ def compare_exporters(checkpoint, task: str | None = None, output=None, new_toke
                     else resolved.runtime_class().from_pretrained(out)
                 _measure(row, runtime, torch_model, inputs, generation, new_tokens)
             except Exception as e:  # one exporter failing is a result, not the end of the comparison
-                row.status = f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
+                row.status = f"failed: {describe(e, limit=160)}"
             rows.append(row)
     return rows
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ExportError
+from .options import HUB_OPTIONS
 
 HONOURED, REFUSED, IGNORED = "honoured", "refused", "ignored"
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -134,7 +135,7 @@ FLAGS: dict[str, Flag] = {
                  "compiler)", "aoti"),
     # Python only (`main_export`, `onnx_export_from_model`)
     **{name: Flag(name, HONOURED, "hub download option", f"hub:{name}")
-       for name in ("subfolder", "revision", "force_download", "local_files_only", "token")},
+       for name in HUB_OPTIONS if name != "cache_dir"},  # --cache_dir: its CLI row above
     "do_validation": Flag("do_validation", HONOURED, "False skips the onnxruntime validation stage", "validate"),
     "use_subprocess": Flag("use_subprocess", IGNORED, "ignored with dynamo=True: the export runs in this process"),
     "custom_onnx_configs": Flag("custom_onnx_configs", HONOURED, "refused when given: OnnxConfigs describe the "

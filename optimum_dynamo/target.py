@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ExportError
+from .errors import ExportError, first_line
 from .options import ExportOptions
 from .tasks import Task, optimum_task, supported_task
 
@@ -42,7 +42,7 @@ def load_config(model_id: str, options: ExportOptions):
         if "trust_remote_code" in str(e):  # nothing of the checkpoint's code was imported
             raise ExportError(f"{model_id} contains custom code: read it, then pass --trust-remote-code "
                               "to run it") from e
-        raise ExportError(f"cannot load {model_id}: {str(e).splitlines()[0][:400]}") from e
+        raise ExportError(f"cannot load {model_id}: {first_line(e, limit=400)}") from e
     if options.pad_token_id is not None:  # --pad_token_id: used by capture, saved in config.json
         config.pad_token_id = options.pad_token_id
     return config

@@ -148,7 +148,7 @@ def test_slim_runs_onnxslim_when_installed(checkpoints, tmp_path):
 
 
 def test_executorch_docs_show_the_table():
-    from optimum_dynamo import executorch_cli
+    from optimum_dynamo.cli import executorch as executorch_cli
 
     page = (Path(__file__).parents[1] / "docs" / "executorch.md").read_text()
     assert flags.markdown_table(executorch_cli.FLAGS) in page

@@ -1,5 +1,6 @@
 """Staged exporters. A stage is a method decorated with `@stage("label")`; stages run in the order
-they are defined, base class first. The stages shared by every backend live here:
+they are defined, base class first (`when=` a predicate of the export options: the stage runs, and is listed,
+only in the exports it has work in). The stages shared by every backend live here:
 
     load -> capture -> infer arguments -> torch.export
 
@@ -25,7 +26,7 @@ import torch
 from .. import flatten, patches, quiet
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..capture.stepping import is_state_model
-from ..errors import ExportError, PipelineError
+from ..errors import ExportError, PipelineError, describe
 from ..flags import DTYPES
 from ..options import ExportOptions
 from ..patches.transformers_sliding import seen_tokens_hook
@@ -39,9 +40,9 @@ logger = logging.getLogger(__name__)
 _ONE_AT_A_TIME = threading.RLock()  # re-entrant: an exporter may run another inside its stages
 
 
-def stage(label: str):
+def stage(label: str, when=None):
     def decorator(fn):
-        fn._stage_label = label
+        fn._stage_label, fn._stage_when = label, when
         return fn
 
     return decorator
@@ -90,19 +91,20 @@ class Exporter:
     capture_error: type[Exception] = PipelineError  # what a capture the inference cannot use raises
 
     @classmethod
-    def stages(cls) -> list[tuple[str, str]]:
-        """(label, method name) in run order."""
+    def stages(cls, options: ExportOptions | None = None) -> list[tuple[str, str]]:
+        """(label, method name) in run order; with `options`, only the stages that have work in that export."""
         found: list[tuple[str, str]] = []
         for klass in reversed(cls.__mro__):
-            for name, fn in vars(klass).items():
+            for name, fn in vars(klass).items():  # label and `when` from the first definition
                 if hasattr(fn, "_stage_label") and all(n != name for _, n in found):
-                    found.append((fn._stage_label, name))
+                    if options is None or fn._stage_when is None or fn._stage_when(options):
+                        found.append((fn._stage_label, name))
         return found
 
     def run(self, ctx: ExportContext) -> ExportContext:
         with _ONE_AT_A_TIME, quiet.third_party():
             with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
-                self._run_stages(ctx, self.stages())
+                self._run_stages(ctx, self.stages(ctx.options))
         return ctx
 
     def _run_stages(self, ctx: ExportContext, stages) -> None:
@@ -128,7 +130,7 @@ class Exporter:
         try:
             ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, ctx.options.loading)
         except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
-            raise ExportError(f"cannot load weights of {ctx.model_id}: {_first_line(e)}") from e
+            raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
         if ctx.options.dtype != "fp32":  # --dtype: captured, exported and validated in that dtype
             ctx.model.to(getattr(torch, DTYPES[ctx.options.dtype]))
         ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
@@ -177,11 +179,6 @@ class Exporter:
                 with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious):
                     part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
-
-
-def _first_line(error: Exception) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(error).__name__
 
 
 def release_weights(ctx: ExportContext) -> None:

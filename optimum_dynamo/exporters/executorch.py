@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from ..capture import InputObserver
-from ..errors import ExportError, PipelineError
+from ..errors import ExportError, PipelineError, describe
 from ..manifest import component_record, write_manifest
 from ..options import ExportOptions
+from ..runtime.executorch import PTE_FILE
 from ..runtime.greedy import greedy
 from ..target import resolve
-from ..validate import compare, gate, references, table
+from ..validate import WARN_ABOVE, compare, gate, references, table
 from .base import ExportContext, Exporter, stage
 from .component import Component
 from .onnx import copy_files
@@ -30,14 +31,12 @@ from .static_cache import StaticCacheLM
 
 logger = logging.getLogger(__name__)
 
-PTE_FILE = "model.pte"
 INPUTS = ["input_ids", "cache_position"]
 OUTPUTS = ["logits"]
 RECIPES = ("xnnpack",)
 DEFAULT_MAX_SEQ_LEN = 128
 CAPTURE_PROMPT = "the quick brown fox jumps over the lazy dog"
 CAPTURE_STEPS = 4  # decode steps after the prefill
-WARN_ABOVE = 1e-3
 # Options this backend honours; any other set to a non-default value is refused, never ignored.
 OPTIONS = frozenset({"task", "atol", "max_seq_len", "recipe", "trust_remote_code", "hub_options", "validate",
                      "pad_token_id", "dtype"})
@@ -47,11 +46,6 @@ OPTIONS = frozenset({"task", "atol", "max_seq_len", "recipe", "trust_remote_code
 class ExecutorchContext(ExportContext):
     wrapper: StaticCacheLM | None = None
     pte: Any = None  # executorch.exir.ExecutorchProgramManager
-
-
-def one_line(error: Exception) -> str:
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {first[:300]}" if first else type(error).__name__
 
 
 def check_executorch_options(options: ExportOptions) -> None:
@@ -167,13 +161,13 @@ class ExecutorchExporter(Exporter):
         try:
             ctx.wrapper = StaticCacheLM(ctx.model, max_seq_len).eval()
         except Exception as e:
-            raise PipelineError(f"{config.model_type}: no static cache for this model ({one_line(e)})") from e
+            raise PipelineError(f"{config.model_type}: no static cache for this model ({describe(e)})") from e
         prompt = capture_prompt(ctx.tokenizer, ctx.wrapper.vocab_size, max_seq_len)
         with torch.no_grad(), InputObserver(ctx.wrapper, "forward") as obs:
             try:
                 greedy(ctx.wrapper, prompt, max_seq_len=max_seq_len, max_new_tokens=CAPTURE_STEPS + 1)
             except Exception as e:
-                raise PipelineError(f"{config.model_type}: does not run with a static KV cache ({one_line(e)})") from e
+                raise PipelineError(f"{config.model_type}: does not run with a static KV cache ({describe(e)})") from e
         for call in obs.calls:
             call.outputs = {"logits": call.outputs}
         ctx.observer = obs
@@ -194,7 +188,7 @@ class ExecutorchExporter(Exporter):
         try:
             ctx.pte = lower(ctx.only.program, constants)
         except Exception as e:
-            raise PipelineError(f"cannot lower {ctx.config.model_type} to ExecuTorch: {one_line(e)}") from e
+            raise PipelineError(f"cannot lower {ctx.config.model_type} to ExecuTorch: {describe(e)}") from e
         ctx.only.program = None
         ctx.manifest["metadata"] = constants
 
@@ -208,11 +202,8 @@ class ExecutorchExporter(Exporter):
     def copy_files(self, ctx: ExecutorchContext) -> None:
         copy_files(ctx)
 
-    @stage("validate with executorch.runtime")
+    @stage("validate with executorch.runtime", when=lambda options: options.validate)
     def validate(self, ctx: ExecutorchContext) -> None:
-        if not ctx.options.validate:
-            logger.info("    skipped (validate=False)")
-            return
         session = PteSession(ctx.staging / PTE_FILE)  # a fresh program: its cache evolves as during capture
         ctx.only.discrepancies = compare(session, references(ctx.observer.calls, ctx.arguments, ctx.wrapper),
                                            ctx.arguments, ctx.output_names)

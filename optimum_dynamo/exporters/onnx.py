@@ -19,7 +19,7 @@ from ..flatten import flat_outputs
 from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..options import ExportOptions
-from ..validate import compare, gate, references, table
+from ..validate import WARN_ABOVE, compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims
@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
-WARN_ABOVE = 1e-3  # without --atol, a larger difference is reported as a warning
 # Per --dtype (ONNX Runtime CPU against PyTorch in that dtype): fp16 rounds each op's result to 11 bits.
 WARN_ABOVE_DTYPE = {"fp32": WARN_ABOVE, "fp16": 2e-2}
 
@@ -90,10 +89,8 @@ def _copy(graph: ir.Graph, value: ir.Value) -> ir.Value:
 class OnnxExporter(Exporter):
     backend = "onnx"
 
-    @stage("write .pt2 files")
+    @stage("write .pt2 files", when=lambda options: options.pt2 or options.aoti)
     def pt2(self, ctx: ExportContext) -> None:
-        if not (ctx.options.pt2 or ctx.options.aoti):
-            return
         part = ctx.only  # the entry point refuses --pt2/--aoti for exports of several graphs
         ctx.manifest["pt2"] = write_artifacts(part.program, part, ctx.staging, pt2=ctx.options.pt2,
                                               aoti=ctx.options.aoti, atol=ctx.options.atol, fill=ctx.options.fill)
@@ -145,11 +142,8 @@ class OnnxExporter(Exporter):
     def copy_files(self, ctx: ExportContext) -> None:
         copy_files(ctx)
 
-    @stage("validate with onnxruntime")
+    @stage("validate with onnxruntime", when=lambda options: options.validate)  # do_validation=False
     def validate(self, ctx: ExportContext) -> None:
-        if not ctx.options.validate:  # do_validation=False
-            logger.info("    skipped (do_validation=False)")
-            return
         cases = [references(part.calls, part.arguments, part.module, ctx.options.fill) for part in ctx.components]
         release_weights(ctx)  # memory: PyTorch is not run again; the sessions load their own copy
         for part, found in zip(ctx.components, cases):
@@ -279,8 +273,7 @@ def copy_files(ctx: ExportContext) -> None:
         else:
             from huggingface_hub import hf_hub_download
 
-            shutil.copyfile(hf_hub_download(ctx.model_id, name, **{k: v for k, v in kwargs.items() if k in (
-                "subfolder", "revision", "cache_dir", "token", "force_download", "local_files_only")}), ctx.staging / name)
+            shutil.copyfile(hf_hub_download(ctx.model_id, name, **kwargs), ctx.staging / name)  # options.HUB_OPTIONS
 
 
 __all__ = ["ONNX_DATA", "ONNX_FILE", "GraphInputs", "OnnxExporter", "copy_files", "onnx_files", "optimize_graph",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-CONTRIB = "com.microsoft"
+CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
 
 
 def fuse_group_query_attention(model: ir.Model) -> int:
@@ -34,7 +34,7 @@ def fuse_group_query_attention(model: ir.Model) -> int:
         _rewrite(graph, node, shared, *found)
         count += 1
     if count:
-        model.opset_imports.setdefault(CONTRIB, 1)
+        model.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
     return count
 
 
@@ -122,7 +122,7 @@ def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, heads: int, kv_heads:
     options = {k: node.attributes[k].value for k in ("scale", "softcap") if k in node.attributes}
     fused = ir.node("GroupQueryAttention", [q, k, v, past_key, past_value, lengths, total_scalar, None, None, None,
                                             bias], attributes=dict(num_heads=heads, kv_num_heads=kv_heads, **options),
-                    domain=CONTRIB, num_outputs=3)
+                    domain=CONTRIB_DOMAIN, num_outputs=3)
     standard = ir.node("Attention", [q, k, v, mask, past_key, past_value],
                        attributes=dict(q_num_heads=heads, kv_num_heads=kv_heads, **options), num_outputs=3)
     q_dims = _dims(query)
@@ -152,11 +152,11 @@ def _token_major(x: ir.Value, heads: int, op, token_major: ir.Value) -> ir.Value
     transpose (through a rotary embedding, run token-major instead), else a transpose and reshape."""
     producer = x.producer()
     rotary = producer if producer is not None and producer.op_type == "RotaryEmbedding" and \
-        producer.domain == CONTRIB else None
+        producer.domain == CONTRIB_DOMAIN else None
     source = _before_heads_first(rotary.inputs[0] if rotary else x)
     if source is not None and rotary is not None:
         attributes = {k: a.value for k, a in rotary.attributes.items()}
-        return op("RotaryEmbedding", [source, *rotary.inputs[1:]], domain=CONTRIB, **{**attributes, "num_heads": heads})
+        return op("RotaryEmbedding", [source, *rotary.inputs[1:]], domain=CONTRIB_DOMAIN, **{**attributes, "num_heads": heads})
     if source is not None:
         return source
     return op("Reshape", [op("Transpose", [x], perm=[0, 2, 1, 3]), token_major])

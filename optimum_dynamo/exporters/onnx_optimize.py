@@ -28,7 +28,7 @@ import logging
 import onnx_ir as ir
 
 from ..errors import ExportError
-from .onnx_gqa import fuse_group_query_attention
+from .onnx_gqa import CONTRIB_DOMAIN, fuse_group_query_attention
 from .onnx_pack import pack_matmuls, unpack_wide_weights
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ logger = logging.getLogger(__name__)
 LEVELS = ("O1", "O2", "O3", "O4")
 FUSED_LEVELS = ("O3", "O4")
 ATTENTION_OPSET = 23  # first opset with ONNX Attention
-CONTRIB_DOMAIN = "com.microsoft"
 
 
 def check_level(level: str | None) -> None:

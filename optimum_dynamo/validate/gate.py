@@ -9,6 +9,7 @@ from ..errors import ExportError
 from .report import Discrepancy
 
 logger = logging.getLogger(__name__)
+WARN_ABOVE = 1e-3  # fp32, without --atol: a larger difference is reported as a warning
 
 
 def gate(rows: Sequence[Discrepancy], atol: float | None, warn_above: float, graph: str = "") -> None:

@@ -2,19 +2,20 @@
 
 With optimum-executorch installed, its `export executorch` command gets `--dynamo` (as `export onnx` does) and
 falls back to optimum-executorch's own exporter when the dynamo export fails. Without it, optimum-dynamo
-registers an `export executorch` command with the same flags (`ExecuTorchCommand`), which always exports with
+registers an `export executorch` command with the same flags (`command_class`), which always exports with
 the dynamo path. Every flag goes through the table below: honoured, or refused with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from . import quiet
-from .errors import ExportError
-from .flags import HONOURED, REFUSED, Flag
+from ..flags import HONOURED, REFUSED, Flag
+from ..migration import ENV
+from .arguments import Option, add_options, defaults
+from .driver import Command, run
+from .wrap import wrap_command
 
 PROG = "optimum-cli export executorch --dynamo"
 QUANTIZATION = ("qlinear", "qlinear_group_size", "qlinear_packing_format", "qlinear_encoder",
@@ -55,29 +56,18 @@ FLAGS: dict[str, Flag] = {
     "verbose": Flag("-v/--verbose", HONOURED, "shows debug lines and the libraries' own messages"),
 }
 
-
-def error(message: str) -> SystemExit:
-    return SystemExit(f"{PROG}: error: {message}")
-
-
-def add_arguments(parser, own_command: bool = False) -> None:
-    """optimum-dynamo's options of `export executorch`."""
-    from .migration import ENV
-
-    group = parser.add_argument_group("optimum-dynamo")
-    if own_command:
-        group.add_argument("--dynamo", action=argparse.BooleanOptionalAction, default=None,
-                           help="Export with torch.export through optimum-dynamo (the only exporter of this command "
-                           "when optimum-executorch is not installed).")
-    else:
-        group.add_argument("--dynamo", action=argparse.BooleanOptionalAction, default=None,
-                           help="Export with optimum-dynamo: inputs and the dynamic prompt length are inferred by "
-                           f"running the model, no per-model code. {ENV}=1 makes it the default.")
-    group.add_argument("--atol", type=float, default=None,
-                       help="With --dynamo: fail when an output of the .pte differs from PyTorch by more.")
-    group.add_argument("-v", "--verbose", action="store_true", help="With --dynamo: show debug lines.")
-    group.add_argument("--no-fallback", action="store_true",
-                       help="With --dynamo: fail instead of falling back to optimum-executorch's exporter.")
+OPTIONS = (
+    Option(("--dynamo",), dict(action=argparse.BooleanOptionalAction, default=None,
+                               help="Export with optimum-dynamo: inputs and the dynamic prompt length are inferred by "
+                               f"running the model, no per-model code. {ENV}=1 makes it the default (without "
+                               "optimum-executorch, optimum-dynamo is this command's only exporter)."),
+           take_over=True),
+    Option(("--atol",), dict(type=float, default=None,
+                             help="With --dynamo: fail when an output of the .pte differs from PyTorch by more.")),
+    Option(("-v", "--verbose"), dict(action="store_true", help="With --dynamo: show debug lines.")),
+    Option(("--no-fallback",), dict(action="store_true",
+                                    help="With --dynamo: fail instead of falling back to optimum-executorch's exporter.")),
+)
 
 
 def parse_args(parser) -> None:
@@ -93,92 +83,73 @@ def parse_args(parser) -> None:
         parser.add_argument(f"--{dest}", action="store_true", help="Not supported with --dynamo.")
     for dest in QUANTIZATION:
         parser.add_argument(f"--{dest}", type=str, help="Quantization: not supported with --dynamo yet.")
-    add_arguments(parser, own_command=True)
 
 
-def defaults_of(parse) -> dict:
-    """Every option of a parser built by `parse` (dest -> default)."""
-    parser = argparse.ArgumentParser()
-    parse(parser)
-    return vars(parser.parse_args(["--model", "MODEL"]))
+def _prepare(args, resolved: dict) -> dict:
+    from ..options import check_atol
+
+    check_atol(resolved.get("atol"))
+    resolved.pop("task", None)  # text-generation, checked by the table
+    if resolved.get("max_seq_len") is None:
+        resolved.pop("max_seq_len", None)  # export_executorch's default
+    return resolved
 
 
-def run_cli(args, parse, fallback=None) -> None:
-    """Export `args` with the dynamo path; `parse` builds the command's parser (its defaults tell which
-    options were set); `fallback(args)` runs optimum-executorch's exporter when the dynamo export fails."""
-    from .flags import resolve
-    from .options import check_atol
-    from .staging import Terminated, check_output
+def _export(args, options: dict, state: dict) -> str:
+    from ..exporters.executorch import export_executorch
 
-    quiet.configure_cli(getattr(args, "verbose", False))
-    defaults = defaults_of(parse)
-    values = {dest: getattr(args, dest) for dest in defaults if hasattr(args, dest)}
-    try:
-        options, notices = resolve(values, defaults, FLAGS)
-        check_atol(options.get("atol"))
-        if args.output_dir is None:
-            raise ExportError("--output_dir is required")
-        check_output(args.output_dir)
-    except ExportError as e:
-        raise error(str(e)) from None
-    for notice in notices:
-        print(f"{PROG}: notice: {notice}", file=sys.stderr)
-    options.pop("task", None)
-    if options.get("max_seq_len") is None:
-        options.pop("max_seq_len", None)  # export_executorch's default
-    try:
-        from .exporters.executorch import export_executorch
+    export_executorch(args.model, args.output_dir, task="text-generation-with-past", **options)
+    return ""
 
-        export_executorch(args.model, args.output_dir, task="text-generation-with-past", **options)
-    except ExportError as e:
-        raise error(str(e)) from None
-    except (KeyboardInterrupt, Terminated) as e:
-        print(f"{PROG}: error: interrupted ({type(e).__name__}); nothing was written", file=sys.stderr)
-        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 143) from None
-    except Exception as e:  # the dynamo export failed on a valid model
-        reason = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
-        if fallback is None or args.no_fallback:
-            why = "--no-fallback" if fallback is not None else "optimum-executorch is not installed"
-            raise error(f"dynamo export failed ({reason}); no fallback: {why}") from None
-        print(f"{PROG}: warning: dynamo export failed ({reason}); falling back to optimum-executorch's exporter "
-              "(--no-fallback to fail instead)", file=sys.stderr)
-        fallback(args)
-    else:
-        quiet.logger().info("Exported to %s", Path(args.output_dir).resolve())
+
+def _command(build, fallback=None) -> Command:
+    """`build(parser)`: the command's parser; `fallback(args)`: optimum-executorch's exporter, if installed."""
+    return Command(
+        PROG, table=FLAGS, defaults=lambda: defaults(build, ["--model", "M"]), output="output_dir", prepare=_prepare,
+        export=_export, fallback_name="optimum-executorch's exporter",
+        no_fallback=(lambda args, state: "--no-fallback" if args.no_fallback else "") if fallback
+        else (lambda args, state: "optimum-executorch is not installed"),
+        fallback=fallback and (lambda args, state, reason: fallback(args)))
+
+
+def _own_parser(parser) -> None:
+    parse_args(parser)
+    add_options(parser, OPTIONS)
 
 
 def command_class():
     """The `export executorch` command registered when optimum-executorch is not installed."""
     from optimum.commands.base import BaseOptimumCLICommand, CommandInfo
 
+    command = _command(_own_parser)
+
     class ExecuTorchCommand(BaseOptimumCLICommand):
         COMMAND = CommandInfo(name="executorch", help="Export models to ExecuTorch (.pte) with optimum-dynamo.")
 
         @staticmethod
         def parse_args(parser):
-            parse_args(parser)
+            _own_parser(parser)
 
         def run(self):
             if self.args.dynamo is False:
-                raise error("--no-dynamo: optimum-executorch is not installed, optimum-dynamo is the only exporter "
-                            "of this command (pip install optimum-executorch, or drop --no-dynamo)")
-            run_cli(self.args, parse_args)
+                raise command.error("--no-dynamo: optimum-executorch is not installed, optimum-dynamo is the only "
+                                    "exporter of this command (pip install optimum-executorch, or drop --no-dynamo)")
+            run(command, self.args)
 
     return ExecuTorchCommand
 
 
 def install(module) -> None:
-    """Add `--dynamo` (and --atol, -v, --no-fallback) to optimum-executorch's `ExecuTorchExportCommand`."""
-    from .integration import wrap_command
-
-    def parse(parser):
+    """`--dynamo` (and --atol, -v, --no-fallback) on optimum-executorch's `ExecuTorchExportCommand`
+    (`optimum.commands.export.executorch`)."""
+    def build(parser):
         module.parse_args_executorch(parser)
-        add_arguments(parser)
+        add_options(parser, OPTIONS)
 
     def run_dynamo(self, original_run):
-        run_cli(self.args, parse, fallback=lambda args: original_run(self))
+        run(_command(build, fallback=lambda args: original_run(self)), self.args)
 
-    wrap_command(module.ExecuTorchExportCommand, add_arguments, run_dynamo, error)
+    wrap_command(module.ExecuTorchExportCommand, OPTIONS, run_dynamo, _command(build).error)
 
 
-__all__ = ["FLAGS", "PROG", "add_arguments", "command_class", "install", "parse_args", "run_cli"]
+__all__ = ["FLAGS", "OPTIONS", "PROG", "command_class", "install", "parse_args"]

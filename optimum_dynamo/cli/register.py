@@ -24,7 +24,7 @@ EXPORT_COMMANDS = {
 def registered_elsewhere(own: str) -> set[str]:
     """Names of the commands registered by the namespace's other files (imported as optimum-cli imports them;
     a file that fails to import is left for optimum-cli to report)."""
-    from .quiet import import_noise
+    from ..quiet import import_noise
 
     spec = importlib.util.find_spec(NAMESPACE)
     names = set()
@@ -48,7 +48,7 @@ def export_commands(own: str) -> list[tuple]:
     """REGISTER_COMMANDS entries for the export commands missing from `optimum-cli export`."""
     from optimum.commands.export.base import ExportCommand
 
-    from .quiet import import_noise
+    from ..quiet import import_noise
 
     present = registered_elsewhere(own)
     commands = []
@@ -59,7 +59,7 @@ def export_commands(own: str) -> list[tuple]:
             with import_noise():  # optimum-executorch's command imports transformers.pipelines (torchao)
                 commands.append((getattr(importlib.import_module(module), class_name), ExportCommand))
         elif name == "executorch":
-            from .executorch_cli import command_class
+            from .executorch import command_class
 
             commands.append((command_class(), ExportCommand))
     return commands

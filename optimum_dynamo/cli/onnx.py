@@ -1,0 +1,121 @@
+"""`optimum-cli export onnx --dynamo`: optimum-onnx's command with this package's options and pipeline; the
+torchscript exporter (optimum-onnx's own) is the fallback."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import flags
+from ..errors import ExportError, describe
+from ..migration import ENV, torchscript_chosen
+from .arguments import Option, add_options, defaults
+from .driver import Command, run
+from .wrap import wrap_command
+
+PROG = "optimum-cli export onnx --dynamo"
+
+OPTIONS = (
+    Option(("--dynamo",), dict(
+        action=argparse.BooleanOptionalAction, default=None,
+        help="Export with torch.export and the dynamo ONNX exporter (optimum-dynamo): inputs and dynamic axes are "
+        f"inferred by running the model, no per-model configuration is needed. {ENV}=1 makes it the default; "
+        "--no-dynamo uses the torchscript exporter; OPTIMUM_DYNAMO_DISABLE=1 gives optimum its own meaning back."),
+        take_over=True),
+    Option(("--pt2",), dict(action="store_true", help="With --dynamo: also write the torch.export program, model.pt2 "
+                            "(load it with optimum_dynamo.load_program).")),
+    Option(("--aoti",), dict(action="store_true", help="With --dynamo: also write an AOTInductor package, "
+                             "model_aoti.pt2 (compiled C++; load it with optimum_dynamo.load_package).")),
+    Option(("-v", "--verbose"), dict(action="store_true",
+                                     help="With --dynamo: show debug lines and the libraries' own messages.")),
+    Option(("--no-fallback",), dict(action="store_true", help="With --dynamo: fail instead of falling back to the "
+                                    "torchscript exporter when the dynamo export fails.")),
+)
+
+
+def _defaults() -> dict:
+    from optimum.commands.export.onnx import parse_args_onnx  # optimum's parser, before our options
+
+    return defaults(lambda parser: (parse_args_onnx(parser), add_options(parser, OPTIONS)), ["--model", "M", "OUT"])
+
+
+def _prepare(args, resolved: dict):
+    from ..exporters.onnx_optimize import check_level
+    from ..options import ExportOptions
+
+    options = ExportOptions.make(**resolved)
+    check_level(options.optimize_level)
+    return options
+
+
+def _export(args, options, state: dict) -> str:
+    from ..exporters.entry import export_target
+    from ..target import resolve
+
+    try:
+        state["target"] = resolve(args.model, options)  # once: the export and the fallback read it
+    except ExportError:
+        raise
+    except Exception as e:  # nothing to fall back on: the legacy exporter needs the same resolution
+        raise ExportError(f"cannot resolve {args.model}'s task ({describe(e)})") from None
+    return export_target(state["target"], args.output, options).task.name
+
+
+def _no_fallback(args, state: dict) -> str:
+    from legacy_bridge.torchscript import has_onnx_config
+
+    target = state["target"]
+    if args.no_fallback:
+        return "--no-fallback"
+    if getattr(args, "pt2", False) or getattr(args, "aoti", False):
+        return "--pt2/--aoti need the dynamo path"
+    if not has_onnx_config(target.config.model_type, target.task_name):
+        return f"no torchscript OnnxConfig for {target.config.model_type}/{target.task_name}"
+    return ""
+
+
+def _legacy_options(args) -> dict:
+    """The options optimum's own `export onnx` command passes to `main_export`."""
+    return dict(opset=args.opset, atol=args.atol, optimize=args.optimize, trust_remote_code=args.trust_remote_code,
+                device=args.device, dtype=args.dtype, pad_token_id=args.pad_token_id, model_kwargs=args.model_kwargs,
+                do_constant_folding=not args.no_constant_folding, library_name=args.library_name,
+                monolith=args.monolith, no_post_process=args.no_post_process, _variant=args.variant,
+                slim=args.slim, cache_dir=args.cache_dir, do_validation=False)
+
+
+def _torchscript(args, state: dict, reason: str) -> None:
+    """The torchscript exporter on the same model and task (resolved once by `_export`); optimum's
+    `main_export` runs with its dynamo switch off, whichever optimum-onnx defines one."""
+    from legacy_bridge.torchscript import export_torchscript
+
+    from ..manifest import write_fallback_manifest
+    from ..staging import staged
+
+    target = state["target"]
+    try:
+        with staged(Path(args.output)) as staging, torchscript_chosen():  # a failed fallback leaves nothing
+            export_torchscript(args.model, staging, target.task_name, **_legacy_options(args))
+            write_fallback_manifest(staging, model=args.model, task=target.task_name, reason=reason)
+    except Exception as e:
+        raise ExportError(f"dynamo export failed ({reason}); the torchscript fallback failed too "
+                          f"({describe(e)})") from e
+
+
+COMMAND = Command(PROG, table=flags.FLAGS, defaults=_defaults, output="output", prepare=_prepare, export=_export,
+                  fallback_name="the torchscript exporter", no_fallback=_no_fallback, fallback=_torchscript)
+
+
+def _run_torchscript(command, original_run) -> None:
+    from legacy_bridge.torchscript import deprecation_notice
+
+    deprecation_notice()
+    original_run(command)
+
+
+def install(module) -> None:
+    """`--dynamo` on optimum-onnx's `export onnx` command (`optimum.commands.export.onnx`)."""
+    wrap_command(module.ONNXExportCommand, OPTIONS, lambda command, original_run: run(COMMAND, command.args),
+                 COMMAND.error, _run_torchscript)
+
+
+__all__ = ["COMMAND", "OPTIONS", "PROG", "install"]
