@@ -2,7 +2,7 @@ PYTHON ?= python3
 PYTEST_ARGS ?=
 SMOKE_ARGS ?=
 
-.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 wheel demo bench docs clean
+.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -61,7 +61,35 @@ smoke-t5: wheel
 	.venv-smoke-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
 	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t5/bin/python -m pytest $(SMOKE_ARGS) .
 
-smoke: smoke-t4 smoke-t5
+# T4main, T5main: the T4 and T5 smoke environments with optimum-onnx's unreleased main branch (--no-deps: its
+# metadata asks for optimum from git and transformers < 4.58), from the snapshot kept in the workplace's
+# shared/vendor (see its README.md); T4main installs it over 0.1.0. The newest snapshot file by date is used; a
+# clone without one skips these environments with one line each.
+OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
+
+ifeq ($(OPTIMUM_ONNX_MAIN),)
+smoke-t4main smoke-t5main:
+	@echo "$@: skipped: ../shared/vendor/optimum-onnx-main-*.tar.gz not found (optimum-onnx main snapshot)"
+else
+smoke-t4main: wheel
+	rm -rf .venv-smoke-t4main && $(PYTHON) -m venv .venv-smoke-t4main
+	grep -v -E '^(executorch|accelerate)' .ci/t4.txt > .venv-smoke-t4main/requirements.txt
+	.venv-smoke-t4main/bin/pip install -q -r .venv-smoke-t4main/requirements.txt
+	.venv-smoke-t4main/bin/pip install -q "$$(ls dist/*.whl)[optimum-onnx]"
+	.venv-smoke-t4main/bin/pip check
+	.venv-smoke-t4main/bin/pip install -q --no-deps --force-reinstall "$(OPTIMUM_ONNX_MAIN)"
+	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t4main/bin/python -m pytest $(SMOKE_ARGS) .
+
+smoke-t5main: wheel
+	rm -rf .venv-smoke-t5main && $(PYTHON) -m venv .venv-smoke-t5main
+	grep -v -E '^(executorch|accelerate)' .ci/t5.txt > .venv-smoke-t5main/requirements.txt
+	.venv-smoke-t5main/bin/pip install -q -r .venv-smoke-t5main/requirements.txt
+	.venv-smoke-t5main/bin/pip install -q dist/*.whl
+	.venv-smoke-t5main/bin/pip install -q --no-deps "$(OPTIMUM_ONNX_MAIN)"
+	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t5main/bin/python -m pytest $(SMOKE_ARGS) .
+endif
+
+smoke: smoke-t4 smoke-t5 smoke-t4main smoke-t5main
 
 test: env-t4 env-t5
 	$(MAKE) test-t4
@@ -85,4 +113,4 @@ docs:
 	.venv-docs/bin/mkdocs build --strict
 
 clean:
-	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-smoke-t4 .venv-smoke-t5 .venv-docs build dist *.egg-info
+	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-smoke-t4 .venv-smoke-t5 .venv-smoke-t4main .venv-smoke-t5main .venv-docs build dist *.egg-info

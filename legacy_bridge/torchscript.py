@@ -28,13 +28,15 @@ def has_onnx_config(model_type: str, task: str) -> bool:
     import optimum.exporters.onnx.model_configs  # noqa: F401
     from optimum.exporters.tasks import TasksManager
 
-    try:
-        tasks = TasksManager.get_supported_tasks_for_model_type(
-            model_type.replace("_", "-"), "onnx", library_name="transformers"
-        )
-    except KeyError:
-        return False
-    return task in tasks
+    # optimum 2.x keys its registry by the config's model_type as it is (deepseek_v3, qwen3_moe, blenderbot-small);
+    # older releases spelled some with "-" for "_".
+    for name in dict.fromkeys((model_type, model_type.replace("_", "-"))):
+        try:
+            tasks = TasksManager.get_supported_tasks_for_model_type(name, "onnx", library_name="transformers")
+        except KeyError:
+            continue
+        return task in tasks
+    return False
 
 
 def export_torchscript(model_id: str, output: Path, task: str, **kwargs) -> None:

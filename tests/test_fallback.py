@@ -9,7 +9,7 @@ import pytest
 from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from legacy_bridge.torchscript import DEPRECATION
+from legacy_bridge.torchscript import DEPRECATION, has_onnx_config
 from optimum_dynamo.manifest import read_manifest
 from tiny import save_tiny_decoder
 from parity import assert_causal_lm_parity, padded_batch
@@ -67,6 +67,14 @@ def test_no_fallback_fails_with_one_line_and_no_output(checkpoints, tmp_path):
                                  "(RuntimeError: broken on purpose); no fallback: --no-fallback"]
     assert "Traceback" not in run.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("model_type, covered", [("llama", True), ("deepseek_v3", True), ("qwen3_moe", True),
+                                                ("blenderbot-small", True), ("mamba", False)])
+def test_fallback_finds_optimum_onnx_config_under_the_model_type_as_spelled(model_type, covered):
+    """optimum 2.x keys its registry by the config's model_type (underscores kept): a model type with "_" has
+    a torchscript OnnxConfig to fall back on (it was looked up with "-" and never found)."""
+    assert has_onnx_config(model_type, "text-generation-with-past") is covered
 
 
 def test_bad_input_never_falls_back(checkpoints, tmp_path):

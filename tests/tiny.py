@@ -88,6 +88,10 @@ _SIZES = {
     "seed_oss": _DECODER,
     "apertus": _DECODER,
     "hunyuan_v1_dense": _DECODER,
+    # multi-head latent attention and routed experts (smoke set: --dynamo cannot export it, the fallback can)
+    "deepseek_v3": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
+                        qk_rope_head_dim=8, v_head_dim=8, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                        topk_group=1, moe_intermediate_size=32, first_k_dense_replace=1),
     # recurrent state (SSM, convolution, linear attention)
     "recurrent_gemma": dict(_DECODER, num_key_value_heads=1, lru_width=32, attention_window_size=6, conv1d_width=4,
                             block_types=["recurrent", "attention"], partial_rotary_factor=0.5),

@@ -4,6 +4,7 @@ Tiny checkpoints come from the source tree's `tests/tiny.py`, loaded by path as 
 runs from its own directory).
 """
 
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -19,6 +20,32 @@ SOURCE = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("tiny_checkpoints", SOURCE / "tests" / "tiny.py")
 tiny = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tiny)
+
+
+PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
+
+
+def greedy(model, inputs, new_tokens=8):
+    return model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+
+
+def padded(tokenizer):
+    """The two prompts as one left-padded batch (input_ids, attention_mask)."""
+    tokenizer.padding_side = "left"
+    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    assert (batch["attention_mask"] == 0).any(), "the batch must have a left-padded row"
+    return {k: batch[k] for k in ("input_ids", "attention_mask")}
+
+
+def transformers_major() -> int:
+    return int(importlib.metadata.version("transformers").split(".")[0])
+
+
+def onnx_defines_dynamo() -> bool:
+    """Whether the installed optimum-onnx's own `export onnx` command has a `--dynamo` option (its main branch
+    after 0.1.0 does), read from its source file without importing anything."""
+    source = importlib.metadata.distribution("optimum-onnx").locate_file("optimum/commands/export/onnx.py")
+    return '"--dynamo"' in Path(source).read_text()
 
 
 def run(*argv, env=None) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """What a user of the wheel gets: every package in it, activation at start-up without `import optimum_dynamo`,
 the opt-out variable, and --dynamo exports that optimum's runtime classes run with PyTorch's greedy tokens."""
 
+import importlib.metadata
 import json
 import os
 import zipfile
@@ -8,20 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SOURCE, run
-
-PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
-
-
-def _greedy(model, inputs, new_tokens=8):
-    return model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-
-
-def _padded(tokenizer):
-    tokenizer.padding_side = "left"
-    batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
-    assert (batch["attention_mask"] == 0).any(), "the batch must have a left-padded row"
-    return {k: batch[k] for k in ("input_ids", "attention_mask")}
+from conftest import PROMPTS, SOURCE, greedy, onnx_defines_dynamo, padded, run, transformers_major
 
 
 def test_wheel_holds_every_package_of_the_source_tree_and_no_tests():
@@ -44,16 +32,17 @@ def test_start_up_hook_imports_nothing_heavy():
 
 def test_opt_out_leaves_optimum_as_if_the_package_were_not_installed():
     help_text = run("optimum-cli", "export", "onnx", "--help", env={"OPTIMUM_DYNAMO_DISABLE": "1"})
-    assert help_text.returncode == 0 and "--dynamo" not in help_text.stdout
+    assert help_text.returncode == 0 and "--no-dynamo" not in help_text.stdout
+    assert "optimum-dynamo:" not in help_text.stdout
+    # optimum-onnx's main branch (after 0.1.0) has a --dynamo of its own; 0.1.0 has none
+    assert ("--dynamo" in help_text.stdout) == onnx_defines_dynamo()
     assert "--dynamo" in run("optimum-cli", "export", "onnx", "--help").stdout
     # With the hook, optimum's runtime imports in both transformers versions; without it, optimum-onnx 0.1.0
-    # fails on transformers 5 exactly as it does without this package.
+    # fails on transformers 5 exactly as it does without this package (its main branch imports there).
     load = "from optimum.onnxruntime import ORTModelForCausalLM; print('ok')"
     assert run("python", "-c", load).stdout.strip() == "ok"
     plain = run("python", "-c", load, env={"OPTIMUM_DYNAMO_DISABLE": "1"})
-    import transformers
-
-    if int(transformers.__version__.split(".")[0]) >= 5:
+    if transformers_major() >= 5 and importlib.metadata.version("optimum-onnx") == "0.1.0":
         assert "cannot import name 'get_parameter_dtype'" in plain.stderr
     else:
         assert plain.stdout.strip() == "ok"
@@ -69,10 +58,10 @@ def test_cli_export_runs_in_plain_ort_model(model_type, checkpoints, tmp_path):
                  "--task", "text-generation-with-past", out)
     assert export.returncode == 0, export.stderr[-3000:]
     assert json.loads((out / "optimum_dynamo.json").read_text())["exporter"] == "dynamo"
-    inputs = _padded(AutoTokenizer.from_pretrained(out))
+    inputs = padded(AutoTokenizer.from_pretrained(out))
     ort_model = ORTModelForCausalLM.from_pretrained(out)
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoints(model_type)).eval()
-    assert torch.equal(_greedy(ort_model, inputs), _greedy(torch_model, inputs))
+    assert torch.equal(greedy(ort_model, inputs), greedy(torch_model, inputs))
 
 
 def test_from_pretrained_export_dynamo(checkpoints):
@@ -82,9 +71,9 @@ def test_from_pretrained_export_dynamo(checkpoints):
     ort_model = ORTModelForCausalLM.from_pretrained(checkpoints("llama"), export=True, dynamo=True)
     manifest = json.loads((Path(ort_model.model_save_dir) / "optimum_dynamo.json").read_text())
     assert manifest["exporter"] == "dynamo"
-    inputs = _padded(AutoTokenizer.from_pretrained(checkpoints("llama")))
+    inputs = padded(AutoTokenizer.from_pretrained(checkpoints("llama")))
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
-    assert torch.equal(_greedy(ort_model, inputs), _greedy(torch_model, inputs))
+    assert torch.equal(greedy(ort_model, inputs), greedy(torch_model, inputs))
 
 
 def test_seq2seq_export_runs_in_ort_model_for_seq2seq(checkpoints, tmp_path):
@@ -100,5 +89,5 @@ def test_seq2seq_export_runs_in_ort_model_for_seq2seq(checkpoints, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(out)
     batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
-    assert torch.equal(_greedy(ort_model, inputs), _greedy(torch_model, inputs))
+    assert torch.equal(greedy(ort_model, inputs), greedy(torch_model, inputs))
 
