@@ -56,6 +56,11 @@ def test_switch_makes_plain_cli_export_dynamo_and_prints_only_our_lines(monkeypa
     foreign = [line for line in run.stderr.splitlines() if not any(re.fullmatch(p, line) for p in OUR_LINES)]
     assert foreign == []  # no torch.onnx progress, torchvision, LeafSpec or right-padding lines
     assert run.stdout == ""
+    # only the stages that have work in this export (no .pt2 stage without --pt2/--aoti)
+    stages = ["load model", "capture generation", "infer inputs and dynamic shapes", "torch.export", "translate to ONNX",
+              "name inputs and outputs", "optimize", "save", "copy configs and tokenizer", "validate with onnxruntime",
+              "write manifest"]
+    assert re.findall(r"^\[\d+/(\d+)\] (.+)$", run.stderr, re.M) == [(str(len(stages)), label) for label in stages]
 
 
 def test_no_dynamo_goes_back_to_torchscript(monkeypatch, checkpoints, tmp_path):
