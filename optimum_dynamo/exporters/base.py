@@ -181,7 +181,8 @@ class Exporter:
             args = part.arguments
             _plain_buffers(part.module)
             with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module):
-                with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious):
+                with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
+                        quiet.printed_graphs():
                     part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
 
