@@ -2,7 +2,9 @@ PYTHON ?= python3
 PYTEST_ARGS ?=
 SMOKE_ARGS ?=
 
-.PHONY: env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
+ZOO_ARGS ?=
+
+.PHONY: zoo env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -103,6 +105,14 @@ test-all:
 # On demand, not in CI: side-by-side export/runtime ratios (benchmarks/run.py --help); several minutes.
 bench: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/run.py $(BENCH_ARGS)
+
+# On demand, not in CI (hours on 2 cores): every causal-LM model type of transformers' own mapping, both
+# environments side by side, then the table in docs/status.md (tests/zoo.py --help).
+zoo: env-t4 env-t5
+	mkdir -p .zoo
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python tests/zoo.py --json .zoo/t4.json $(ZOO_ARGS) > .zoo/t4.log 2>&1 & \
+	HF_HUB_OFFLINE=1 .venv-t5/bin/python tests/zoo.py --json .zoo/t5.json $(ZOO_ARGS) > .zoo/t5.log 2>&1; wait
+	.venv-t5/bin/python tests/zoo.py --table .zoo/t4.json .zoo/t5.json --docs docs/status.md
 
 demo: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python tests/demo.py

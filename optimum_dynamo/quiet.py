@@ -98,6 +98,20 @@ def _progress_bars(enabled: bool) -> bool:
     return previous
 
 
+@contextmanager
+def printed_graphs() -> Iterator[None]:
+    """Drop what torch prints on stderr itself (not through logging) unless verbose: a failed torch.export
+    prints the partial FX graph, thousands of lines, before the error the CLI reports in one line."""
+    if is_verbose():
+        yield
+        return
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):  # our handler keeps the real stream
+        yield
+
+
 class _Drop(logging.Filter):
     def __init__(self, text: str):
         super().__init__()

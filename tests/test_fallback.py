@@ -2,6 +2,7 @@
 optimum's CLI in a fresh interpreter (a fallback decided from state other tests left would prove nothing)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -16,26 +17,29 @@ from parity import assert_causal_lm_parity, padded_batch
 
 from conftest import optimum_cli
 
-# optimum's CLI entry point in a fresh interpreter whose llama RMSNorm fails inside torch.export (the patch
-# registry is the one place to break the pipeline from outside; patches apply only in that stage).
-_BROKEN_CLI = """
+# optimum's CLI entry point in a fresh interpreter whose llama RMSNorm is replaced inside torch.export by
+# BODY (the patch registry is the one place to break the pipeline from outside; patches apply only in that
+# stage, so capture and validation's PyTorch side run the real model).
+_PATCHED_CLI = """
 import sys
 from optimum_dynamo import patches
 
 @patches.register_patch("transformers.models.llama.modeling_llama.LlamaRMSNorm.forward")
-def broken(self, hidden_states):
-    raise RuntimeError("broken on purpose")
+def patched(self, hidden_states):
+    BODY
 
 from optimum.commands.optimum_cli import main
 
 sys.argv = ["optimum-cli", *sys.argv[1:]]
 main()
 """
+RAISES = 'raise RuntimeError("broken on purpose")'
+WRONG = "return hidden_states * 1.5  # a graph that runs, and is wrong"
 
 
-def broken_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-c", _BROKEN_CLI, *map(str, args)], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, **(env or {})})
+def broken_cli(*args, env=None, body=RAISES):
+    return subprocess.run([sys.executable, "-c", _PATCHED_CLI.replace("BODY", body), *map(str, args)],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
 
 
 def _error_lines(run):
@@ -75,6 +79,45 @@ def test_fallback_finds_optimum_onnx_config_under_the_model_type_as_spelled(mode
     """optimum 2.x keys its registry by the config's model_type (underscores kept): a model type with "_" has
     a torchscript OnnxConfig to fall back on (it was looked up with "-" and never found)."""
     assert has_onnx_config(model_type, "text-generation-with-past") is covered
+
+
+_GROSS = (r"dynamo export failed \(GrossMismatch: output '[\w.]+' differs from PyTorch by \d\.\d{3}e[+-]\d\d > 0\.01 "
+          r"\(call \d+\): the graph is wrong; an explicit --atol above the difference writes it anyway\)")
+
+
+def test_grossly_wrong_graph_is_never_a_success(checkpoints, tmp_path):
+    """Validation showing logits off by far more than 1e-2: the torchscript fallback where optimum has an
+    OnnxConfig (llama), with the reason in its one warning line; never the wrong graph with exit status 0."""
+    out = tmp_path / "out"
+    run = broken_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), out, body=WRONG)
+    assert run.returncode == 0, run.stderr[-3000:]
+    warnings = [line for line in run.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and re.fullmatch(
+        "optimum-cli export onnx --dynamo: warning: " + _GROSS + r"; falling back to the torchscript exporter "
+        r"\(--no-fallback to fail instead\)", warnings[0]), warnings
+    assert read_manifest(out)["exporter"] == "torchscript-fallback"
+    torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
+    assert_causal_lm_parity(ORTModelForCausalLM.from_pretrained(out), torch_model,
+                            padded_batch(AutoTokenizer.from_pretrained(out)))
+
+
+def test_grossly_wrong_graph_without_fallback_exits_non_zero_and_writes_nothing(checkpoints, tmp_path):
+    out = tmp_path / "out"
+    run = broken_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoints("llama"), out, body=WRONG)
+    assert run.returncode == 1
+    assert len(_error_lines(run)) == 1 and re.fullmatch(
+        "optimum-cli export onnx --dynamo: error: " + _GROSS + "; no fallback: --no-fallback", _error_lines(run)[0])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_explicit_loose_atol_writes_the_graph(checkpoints, tmp_path):
+    """The user's own bound decides: a wrong graph within it is written (and its manifest says how wrong)."""
+    out = tmp_path / "out"
+    run = broken_cli("export", "onnx", "--dynamo", "--atol", "1000", "--model", checkpoints("llama"), out, body=WRONG)
+    assert run.returncode == 0, run.stderr[-3000:]
+    manifest = read_manifest(out)
+    assert manifest["exporter"] == "dynamo"
+    assert max(row["max_abs"] for row in manifest["discrepancies"]) > 1e-2
 
 
 def test_bad_input_never_falls_back(checkpoints, tmp_path):

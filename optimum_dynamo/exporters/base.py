@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 from .. import flatten, patches, quiet
+from ..flatten import flat_outputs
+from ..flatten.naming import CACHE_KWARGS, OUTPUT_PREFIX
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError, describe
@@ -146,6 +148,9 @@ class Exporter:
             ctx.task.spec.driver(ctx.model, ctx.tokenizer)
         ctx.observer = obs
         logger.info("    %s", obs.summary())
+        if ctx.task.with_past and ctx.task.base == "text-generation" and not returns_cache(obs.calls):
+            raise PipelineError(f"{ctx.config.model_type} returns no key/value cache from generate, so there is none "
+                                f"for --task {ctx.task.name} to carry; export with --task text-generation")
         forward = inspect.signature(ctx.model.forward).parameters
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
@@ -176,9 +181,21 @@ class Exporter:
             args = part.arguments
             _plain_buffers(part.module)
             with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module):
-                with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious):
+                with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
+                        quiet.printed_graphs():
                     part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
+
+
+def returns_cache(calls) -> bool:
+    """Whether some captured call returned a cache (flattened to `present.*`, or a legacy tuple of layers)."""
+    for call in calls:
+        if any(name.startswith(f"{OUTPUT_PREFIX}.") for name in flat_outputs(call.outputs)):
+            return True
+        if isinstance(call.outputs, dict) and any(isinstance(call.outputs.get(k), tuple) and call.outputs.get(k)
+                                                  for k in CACHE_KWARGS):
+            return True
+    return False
 
 
 def release_weights(ctx: ExportContext) -> None:

@@ -23,7 +23,7 @@ from ..options import ExportOptions
 from ..runtime.executorch import PTE_FILE
 from ..runtime.greedy import greedy
 from ..target import resolve
-from ..validate import WARN_ABOVE, compare, gate, references, table
+from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, stage
 from .component import Component
 from .onnx import copy_files
@@ -210,7 +210,7 @@ class ExecutorchExporter(Exporter):
         logger.info("    executorch vs PyTorch on %d calls:\n%s", len(ctx.observer.calls), table(ctx.discrepancies))
         if len(ctx.discrepancies) != len(OUTPUTS):
             raise PipelineError("validation compared no output of the .pte")
-        gate(ctx.discrepancies, ctx.options.atol, WARN_ABOVE)
+        gate(ctx.discrepancies, ctx.options.atol)
 
     @stage("write manifest")
     def manifest(self, ctx: ExecutorchContext) -> None:

@@ -19,7 +19,7 @@ from ..flatten import flat_outputs
 from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..options import ExportOptions
-from ..validate import WARN_ABOVE, compare, gate, references, table
+from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims
@@ -29,12 +29,6 @@ logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
-# Per --dtype (ONNX Runtime CPU against PyTorch in that dtype): fp16 rounds each op's result to 11 bits.
-WARN_ABOVE_DTYPE = {"fp32": WARN_ABOVE, "fp16": 2e-2}
-
-
-def warn_above(options: ExportOptions) -> float:
-    return WARN_ABOVE_DTYPE[options.dtype]
 
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
@@ -239,7 +233,7 @@ def validate_graph(path: Path, cases, arguments, output_names, options: ExportOp
     loaded = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rows = compare(session(loaded) if session else loaded, cases, arguments, output_names)
     logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(cases), table(rows))
-    gate(rows, options.atol, warn_above(options), graph)
+    gate(rows, options.atol, options.dtype, graph)
     return rows
 
 
@@ -277,4 +271,4 @@ def copy_files(ctx: ExportContext) -> None:
 
 
 __all__ = ["ONNX_DATA", "ONNX_FILE", "GraphInputs", "OnnxExporter", "copy_files", "onnx_files", "optimize_graph",
-           "rename_io", "save_graph", "static_axes", "translate_program", "validate_graph", "warn_above"]
+           "rename_io", "save_graph", "static_axes", "translate_program", "validate_graph"]

@@ -153,7 +153,7 @@ def write_artifacts(program, part, directory: Path, *, pt2: bool, aoti: bool, at
         name, session = write()
         rows = compare(session, cases, part.arguments, output_names)
         logger.info("    %s vs PyTorch on %d calls:\n%s", name, len(part.calls), table(rows))
-        gate(rows, limit, limit, name)
+        gate(rows, limit, graph=name)
         found[name] = max(row.max_abs for row in rows)
     return found
 

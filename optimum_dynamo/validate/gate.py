@@ -1,27 +1,47 @@
-"""What a discrepancy table means for the export: a warning above a threshold, an error above --atol."""
+"""What a discrepancy table means for the export.
+
+Without --atol: a difference above the warning threshold is a warning line; above the gross threshold the
+graph is wrong and the export fails (`GrossMismatch`, a PipelineError: the CLI falls back to the torchscript
+exporter where optimum has an OnnxConfig, else exits non-zero; nothing is written). With --atol, the user's
+bound decides alone (a looser one writes a graph the gross rule would refuse).
+
+The thresholds, per dtype: fp32 graphs match PyTorch to ~1e-6 (kernel order and fusions), so 1e-3 is worth a
+warning and 1e-2 on logits is an error in the graph, not rounding: at that size greedy tokens already flip
+(afmoe's 0.11 did). fp16 rounds every op's result to 11 bits: both thresholds 20x.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Sequence
 
-from ..errors import ExportError
+from ..errors import ExportError, PipelineError
 from .report import Discrepancy
 
 logger = logging.getLogger(__name__)
-WARN_ABOVE = 1e-3  # fp32, without --atol: a larger difference is reported as a warning
+WARN_ABOVE = {"fp32": 1e-3, "fp16": 2e-2}
+GROSS_ABOVE = {"fp32": 1e-2, "fp16": 2e-1}
 
 
-def gate(rows: Sequence[Discrepancy], atol: float | None, warn_above: float, graph: str = "") -> None:
-    """Warn when the worst output differs from PyTorch by more than `warn_above` (no --atol given); raise
-    ExportError (one line) when it differs by more than `atol`. `graph`: the component's name, if several."""
+class GrossMismatch(PipelineError):
+    """Validation showed the graph to be grossly wrong (the message is the one line shown)."""
+
+
+def gate(rows: Sequence[Discrepancy], atol: float | None, dtype: str = "fp32", graph: str = "") -> None:
+    """Raise ExportError when the worst output differs from PyTorch by more than `atol`; without `atol`,
+    GrossMismatch above the dtype's gross threshold, a warning above its warning threshold. `graph`: the
+    component's name, if several."""
     worst = max(rows, key=lambda r: r.max_abs, default=None)
     if worst is None:
         return
     which = f"{graph}: output" if graph else "output"
-    if atol is None and worst.max_abs > warn_above:
-        logger.warning("    warning: %s %r differs from PyTorch by %.3e (> %g); pass --atol to make this an error",
-                       which, worst.output, worst.max_abs, warn_above)
-    if atol is not None and worst.max_abs > atol:
-        raise ExportError(f"{which} {worst.output!r} differs from PyTorch by {worst.max_abs:.3e} > atol {atol:g} "
-                          f"(call {worst.worst_call})")
+    differs = f"{which} {worst.output!r} differs from PyTorch by {worst.max_abs:.3e}"
+    if atol is not None:
+        if worst.max_abs > atol:
+            raise ExportError(f"{differs} > atol {atol:g} (call {worst.worst_call})")
+        return
+    if worst.max_abs > GROSS_ABOVE[dtype]:  # NaN counts as infinite (see report)
+        raise GrossMismatch(f"{differs} > {GROSS_ABOVE[dtype]:g} (call {worst.worst_call}): the graph is wrong; "
+                            "an explicit --atol above the difference writes it anyway")
+    if worst.max_abs > WARN_ABOVE[dtype]:
+        logger.warning("    warning: %s (> %g); pass --atol to make this an error", differs, WARN_ABOVE[dtype])

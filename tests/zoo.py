@@ -1,0 +1,258 @@
+"""The zoo: every model type of transformers' own causal-LM auto mapping, made tiny from its config class,
+kept where PyTorch itself can `generate` with it, exported by the real `optimum-cli export onnx --dynamo` and
+run through `ORTModelForCausalLM` against PyTorch (left-padded batch of 2: greedy tokens identical, first-step
+logits within 1e-4 on real positions). Every step runs in a child process; one row per model type.
+
+    python tests/zoo.py --json t5.json [--only TYPE ...] [--skip-listed]     # run (hours for the whole mapping)
+    python tests/zoo.py --table t4.json t5.json [--docs docs/status.md]      # the table (into the docs' zoo section)
+
+`make zoo` runs both environments and rewrites the zoo section of docs/status.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MAPPING = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
+TASK = "text-generation-with-past"
+ATOL = 1e-4
+NEW_TOKENS = 8
+EXPORT_TIMEOUT = 600  # s; the table reports the wall time of every export
+PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
+BEGIN, END = "<!-- zoo:begin -->", "<!-- zoo:end -->"  # docs/status.md's generated section
+
+# Generic shrinking: each attribute the model type's default config has is set to a tiny value (through its
+# constructor, so derived fields such as per-layer type lists follow). Names differ between families.
+TINY = dict(
+    vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, max_position_embeddings=128, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+    n_ctx=128, n_inner=64, d_model=32, n_heads=4, n_layers=2, num_layers=2, ffn_dim=64, ffn_hidden_size=64,
+    attention_heads=4, num_heads=4, d_ff=64, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+    num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_topk=2, top_k=2,
+    kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+    state_size=8, mamba_d_state=8, ssm_state_size=8, conv_kernel=4, mamba_d_conv=4, time_step_rank=4,
+    mamba_dt_rank=4, expand=2, mamba_expand=2, linear_num_value_heads=4, linear_num_key_heads=2,
+    linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, block_ff_dim=64,
+    sliding_window=64, attention_window_size=64, max_seq_len=128, seq_length=128,
+    use_mambapy=False, use_mamba_kernels=False,
+)
+# Per model type, only where the generic shrink cannot work, each with its reason.
+OVERRIDES: dict[str, tuple[dict, str]] = {}
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "transformers", "optimum", "optimum-onnx", "onnxruntime"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def population() -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    return sorted(getattr(modeling_auto, MAPPING))
+
+
+def tiny_config(model_type: str):
+    from transformers import AutoConfig
+
+    default = AutoConfig.for_model(model_type)
+    kwargs = {k: v for k, v in TINY.items() if k in default.to_dict() or hasattr(default, k)}
+    extra, _ = OVERRIDES.get(model_type, ({}, ""))
+    config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
+    config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
+    return config
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def step_build(model_type: str, directory: Path) -> dict:
+    """Child: the tiny checkpoint, and PyTorch's own greedy run (the population test) as the reference."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    sys.path.insert(0, str(HERE))
+    from tiny import tiny_tokenizer
+
+    try:
+        config = tiny_config(model_type)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).eval()
+        model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        tokenizer = tiny_tokenizer(128)
+        batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        with torch.no_grad():
+            logits = model(**inputs).logits
+            tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                    pad_token_id=0)
+        model.save_pretrained(directory / "checkpoint")
+        tokenizer.save_pretrained(directory / "checkpoint")
+    except Exception as e:  # PyTorch cannot run it: outside the population
+        return {"viable": False, "reason": _one_line(e)}
+    torch.save({"inputs": inputs, "logits": logits, "tokens": tokens}, directory / "reference.pt")
+    return {"viable": True}
+
+
+def step_check(directory: Path) -> dict:
+    """Child: the export through ORTModelForCausalLM against the reference."""
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM
+
+    reference = torch.load(directory / "reference.pt")
+    inputs = reference["inputs"]
+    try:
+        model = ORTModelForCausalLM.from_pretrained(directory / "onnx")
+        logits = model(**inputs).logits
+        keep = inputs["attention_mask"].bool()
+        diff = (logits[keep] - reference["logits"][keep]).abs().max().item()
+        tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                pad_token_id=0)
+    except Exception as e:
+        return {"ok": False, "reason": f"runtime: {_one_line(e)}"}
+    if not torch.equal(tokens, reference["tokens"]):
+        return {"ok": False, "reason": f"greedy tokens differ (first-step logits within {diff:.1e})", "max_abs": diff}
+    if not diff < ATOL:
+        return {"ok": False, "reason": f"first-step logits differ by {diff:.1e}", "max_abs": diff}
+    return {"ok": True, "max_abs": diff}
+
+
+def _child(*args: str, timeout: int = 900) -> dict:
+    run = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout)
+    lines = run.stdout.strip().splitlines()
+    if run.returncode != 0 or not lines:
+        tail = [line for line in run.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        return {"viable": False, "ok": False, "reason": f"child failed: {tail[0][:200]}"}
+    return json.loads(lines[-1])
+
+
+def _cli_error(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if ": error: " in line]
+    if errors:
+        return errors[-1].split(": error: ", 1)[1][:300]
+    tail = [line for line in stderr.splitlines() if line.strip()]
+    return (tail[-1] if tail else "no output")[:300]
+
+
+def run_one(model_type: str, root: Path) -> dict:
+    """One row: viable?, then the export's outcome (dynamo / fallback / refused / fail) and its wall time."""
+    directory = root / model_type
+    directory.mkdir(parents=True, exist_ok=True)
+    row = {"model_type": model_type, **_child("--step", "build", model_type, str(directory))}
+    if not row["viable"]:
+        return row
+    cli = Path(sys.executable).parent / "optimum-cli"
+    start = time.perf_counter()
+    try:
+        export = subprocess.run([str(cli), "export", "onnx", "--dynamo", "--model", str(directory / "checkpoint"),
+                                 "--task", TASK, str(directory / "onnx")], capture_output=True, text=True,
+                                timeout=EXPORT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {**row, "outcome": "fail", "reason": f"export over {EXPORT_TIMEOUT} s", "export_s": EXPORT_TIMEOUT}
+    row["export_s"] = round(time.perf_counter() - start, 1)
+    if export.returncode != 0:
+        return {**row, "outcome": "refused", "reason": _cli_error(export.stderr)}
+    manifest = json.loads((directory / "onnx" / "optimum_dynamo.json").read_text())
+    check = _child("--step", "check", str(directory))
+    exporter = "fallback" if manifest["exporter"] == "torchscript-fallback" else "dynamo"
+    row.update(outcome=exporter if check["ok"] else "fail", reason=check.get("reason", ""),
+               max_abs=check.get("max_abs"))
+    if exporter == "fallback":
+        row["fallback_reason"] = manifest.get("fallback_reason", "")
+    return row
+
+
+def run(types: list[str], out: Path, root: Path) -> None:
+    results = {"versions": _versions(), "date": time.strftime("%Y-%m-%d"), "mapping": MAPPING, "rows": []}
+    for i, model_type in enumerate(types, 1):
+        row = run_one(model_type, root)
+        results["rows"].append(row)
+        print(f"[{i}/{len(types)}] {model_type}: {row.get('outcome', 'not viable')} {row.get('export_s', '')} "
+              f"{row.get('reason', '')}", file=sys.stderr, flush=True)
+        out.write_text(json.dumps(results, indent=1))  # partial results survive an interrupted run
+
+
+def summary(results: dict) -> dict:
+    rows = [r for r in results["rows"] if r.get("viable")]
+    count = lambda outcome: sum(r["outcome"] == outcome for r in rows)  # noqa: E731
+    return {"types": len(results["rows"]), "viable": len(rows), "dynamo": count("dynamo"),
+            "fallback": count("fallback"), "refused": count("refused"), "fail": count("fail"),
+            "max_export_s": max((r.get("export_s") or 0 for r in rows), default=0)}
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return "—"
+    if not row.get("viable"):
+        return "not viable in PyTorch"
+    text = {"dynamo": "pass", "fallback": "pass (torchscript fallback)"}.get(row["outcome"], row["outcome"])
+    reason = row.get("reason", "").replace("|", "/")
+    return f"{text}{f': {reason}' if row['outcome'] in ('refused', 'fail') else ''} ({row.get('export_s')} s)"
+
+
+def table(paths: list[Path]) -> str:
+    runs = [json.loads(p.read_text()) for p in paths]
+    names = [f"transformers {r['versions']['transformers']}" for r in runs]
+    lines = []
+    for name, results in zip(names, runs):
+        s = summary(results)
+        lines.append(f"- **{name}** ({results['date']}; optimum {results['versions']['optimum']}, optimum-onnx "
+                     f"{results['versions']['optimum-onnx']}): {s['types']} model types, {s['viable']} viable in "
+                     f"PyTorch; {s['dynamo']} pass with `--dynamo`, {s['fallback']} through the torchscript "
+                     f"fallback, {s['refused']} refused with one line, {s['fail']} fail; slowest export "
+                     f"{s['max_export_s']} s")
+    by_type = [{r["model_type"]: r for r in results["rows"]} for results in runs]
+    types = sorted(set().union(*by_type))
+    lines += ["", "| model type | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {t} | " + " | ".join(_cell(rows.get(t)) for rows in by_type) + " |" for t in types]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--only", nargs="*", help="these model types only")
+    parser.add_argument("--work", type=Path, default=None, help="checkpoints and exports (default: a temp dir)")
+    parser.add_argument("--table", nargs="*", type=Path, help="print the markdown table of these results")
+    parser.add_argument("--docs", type=Path, help="with --table: write it between the zoo markers of this page")
+    parser.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.step:
+        kind, *rest = args.step
+        result = step_build(rest[0], Path(rest[1])) if kind == "build" else step_check(Path(rest[0]))
+        print(json.dumps(result))
+        return
+    if args.table:
+        text = table(args.table)
+        if args.docs:
+            page = args.docs.read_text()
+            head, rest = page.split(BEGIN, 1)
+            args.docs.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+        else:
+            print(text)
+        return
+    import tempfile
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    types = args.only or population()
+    with tempfile.TemporaryDirectory() as tmp:
+        run(types, args.json, args.work or Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
