@@ -93,10 +93,12 @@ endif
 
 smoke: smoke-t4 smoke-t5 smoke-t4main smoke-t5main
 
-test: env-t4 env-t5
-	$(MAKE) test-t4
-	$(MAKE) test-t5
-	$(MAKE) smoke
+# The environments are independent: built, tested and smoke-tested two at a time (2 cores; a suite is mostly one
+# busy Python process plus its children). --output-sync prints each target's output whole when it ends.
+test:
+	$(MAKE) -j2 env-t4 env-t5
+	$(MAKE) -j2 --output-sync=target test-t4 test-t5
+	$(MAKE) -j2 --output-sync=target smoke
 
 test-all:
 	$(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS) --runslow"
