@@ -47,21 +47,24 @@ wheel: env-t4
 	rm -rf dist
 	.venv-t4/bin/python -m build -q -o dist . >/dev/null
 
+# $(call smoke,NAME,REQUIREMENTS,WHEEL,ONNX): a fresh .venv-smoke-NAME with REQUIREMENTS (without the executorch
+# extra), the wheel as WHEEL says (T4: with its optimum-onnx extra, then `pip check`), the optimum-onnx ONNX
+# installed --no-deps over whatever is there (transformers 5, main's snapshot), then the smoke set.
+define smoke
+	rm -rf .venv-smoke-$(1) && $(PYTHON) -m venv .venv-smoke-$(1)
+	grep -v -E '^(executorch|accelerate)' $(2) > .venv-smoke-$(1)/requirements.txt
+	.venv-smoke-$(1)/bin/pip install -q -r .venv-smoke-$(1)/requirements.txt
+	.venv-smoke-$(1)/bin/pip install -q $(3)
+	$(if $(findstring optimum-onnx,$(3)),.venv-smoke-$(1)/bin/pip check)
+	$(if $(4),.venv-smoke-$(1)/bin/pip install -q --no-deps --force-reinstall $(4))
+	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-$(1)/bin/python -m pytest $(SMOKE_ARGS) .
+endef
+
 smoke-t4: wheel
-	rm -rf .venv-smoke-t4 && $(PYTHON) -m venv .venv-smoke-t4
-	grep -v -E '^(executorch|accelerate)' .ci/t4.txt > .venv-smoke-t4/requirements.txt
-	.venv-smoke-t4/bin/pip install -q -r .venv-smoke-t4/requirements.txt
-	.venv-smoke-t4/bin/pip install -q "$$(ls dist/*.whl)[optimum-onnx]"
-	.venv-smoke-t4/bin/pip check
-	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t4/bin/python -m pytest $(SMOKE_ARGS) .
+	$(call smoke,t4,.ci/t4.txt,"$$(ls dist/*.whl)[optimum-onnx]",)
 
 smoke-t5: wheel
-	rm -rf .venv-smoke-t5 && $(PYTHON) -m venv .venv-smoke-t5
-	grep -v -E '^(executorch|accelerate)' .ci/t5.txt > .venv-smoke-t5/requirements.txt
-	.venv-smoke-t5/bin/pip install -q -r .venv-smoke-t5/requirements.txt
-	.venv-smoke-t5/bin/pip install -q dist/*.whl
-	.venv-smoke-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
-	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t5/bin/python -m pytest $(SMOKE_ARGS) .
+	$(call smoke,t5,.ci/t5.txt,dist/*.whl,optimum-onnx==0.1.0)
 
 # T4main, T5main: the T4 and T5 smoke environments with optimum-onnx's unreleased main branch (--no-deps: its
 # metadata asks for optimum from git and transformers < 4.58), from the snapshot kept in the workplace's
@@ -74,21 +77,10 @@ smoke-t4main smoke-t5main:
 	@echo "$@: skipped: ../shared/vendor/optimum-onnx-main-*.tar.gz not found (optimum-onnx main snapshot)"
 else
 smoke-t4main: wheel
-	rm -rf .venv-smoke-t4main && $(PYTHON) -m venv .venv-smoke-t4main
-	grep -v -E '^(executorch|accelerate)' .ci/t4.txt > .venv-smoke-t4main/requirements.txt
-	.venv-smoke-t4main/bin/pip install -q -r .venv-smoke-t4main/requirements.txt
-	.venv-smoke-t4main/bin/pip install -q "$$(ls dist/*.whl)[optimum-onnx]"
-	.venv-smoke-t4main/bin/pip check
-	.venv-smoke-t4main/bin/pip install -q --no-deps --force-reinstall "$(OPTIMUM_ONNX_MAIN)"
-	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t4main/bin/python -m pytest $(SMOKE_ARGS) .
+	$(call smoke,t4main,.ci/t4.txt,"$$(ls dist/*.whl)[optimum-onnx]","$(OPTIMUM_ONNX_MAIN)")
 
 smoke-t5main: wheel
-	rm -rf .venv-smoke-t5main && $(PYTHON) -m venv .venv-smoke-t5main
-	grep -v -E '^(executorch|accelerate)' .ci/t5.txt > .venv-smoke-t5main/requirements.txt
-	.venv-smoke-t5main/bin/pip install -q -r .venv-smoke-t5main/requirements.txt
-	.venv-smoke-t5main/bin/pip install -q dist/*.whl
-	.venv-smoke-t5main/bin/pip install -q --no-deps "$(OPTIMUM_ONNX_MAIN)"
-	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-t5main/bin/python -m pytest $(SMOKE_ARGS) .
+	$(call smoke,t5main,.ci/t5.txt,dist/*.whl,"$(OPTIMUM_ONNX_MAIN)")
 endif
 
 smoke: smoke-t4 smoke-t5 smoke-t4main smoke-t5main
