@@ -3,8 +3,11 @@ PYTEST_ARGS ?=
 SMOKE_ARGS ?=
 
 ZOO_ARGS ?=
+# optimum-onnx's unreleased main branch (T4main, T5main): the newest snapshot in the workplace's shared/vendor
+# (see its README.md); empty in a clone without one, whose T4main/T5main targets then skip with one line.
+OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
 
-.PHONY: zoo env-t3 env-t4 env-t5 test-t3 test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
+.PHONY: zoo env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -30,6 +33,25 @@ env-t5: .venv-t5/.done
 	.venv-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
 	.venv-t5/bin/pip install -q --no-deps -e .
 	touch $@
+
+# T4main for development: T4 with optimum-onnx main over 0.1.0, the package editable (`make test-t4main` runs the
+# whole suite there, on demand; CI runs the smoke set in a fresh T4main venv, smoke-t4main below).
+ifeq ($(OPTIMUM_ONNX_MAIN),)
+env-t4main test-t4main:
+	@echo "$@: skipped: ../shared/vendor/optimum-onnx-main-*.tar.gz not found (optimum-onnx main snapshot)"
+else
+env-t4main: .venv-t4main/.done
+
+.venv-t4main/.done: .ci/t4.txt pyproject.toml $(OPTIMUM_ONNX_MAIN)
+	$(PYTHON) -m venv .venv-t4main
+	.venv-t4main/bin/pip install -q -r .ci/t4.txt
+	.venv-t4main/bin/pip install -q --no-deps -e .
+	.venv-t4main/bin/pip install -q --no-deps --force-reinstall "$(OPTIMUM_ONNX_MAIN)"
+	touch $@
+
+test-t4main: env-t4main
+	HF_HUB_OFFLINE=1 .venv-t4main/bin/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/smoke
+endif
 
 test-t4: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python -m pytest $(PYTEST_ARGS) tests --ignore=tests/smoke
@@ -67,10 +89,7 @@ smoke-t5: wheel
 	$(call smoke,t5,.ci/t5.txt,dist/*.whl,optimum-onnx==0.1.0)
 
 # T4main, T5main: the T4 and T5 smoke environments with optimum-onnx's unreleased main branch (--no-deps: its
-# metadata asks for optimum from git and transformers < 4.58), from the snapshot kept in the workplace's
-# shared/vendor (see its README.md); T4main installs it over 0.1.0. The newest snapshot file by date is used; a
-# clone without one skips these environments with one line each.
-OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
+# metadata asks for optimum from git and transformers < 4.58); T4main installs it over 0.1.0.
 
 ifeq ($(OPTIMUM_ONNX_MAIN),)
 smoke-t4main smoke-t5main:
@@ -117,4 +136,4 @@ docs:
 	.venv-docs/bin/mkdocs build --strict
 
 clean:
-	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-smoke-t4 .venv-smoke-t5 .venv-smoke-t4main .venv-smoke-t5main .venv-docs build dist *.egg-info
+	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-t4main .venv-smoke-t4 .venv-smoke-t5 .venv-smoke-t4main .venv-smoke-t5main .venv-docs build dist *.egg-info
