@@ -12,6 +12,7 @@ logits within 1e-4 on real positions). Every step runs in a child process; one r
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -38,13 +39,15 @@ TINY = dict(
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_topk=2, top_k=2,
     kv_lora_rank=16, q_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
     state_size=8, mamba_d_state=8, ssm_state_size=8, conv_kernel=4, mamba_d_conv=4, time_step_rank=4,
-    mamba_dt_rank=4, expand=2, mamba_expand=2, linear_num_value_heads=4, linear_num_key_heads=2,
+    mamba_dt_rank=4, expand=2, mamba_expand=2, mamba_n_heads=4, n_mamba_heads=2, linear_num_value_heads=4, linear_num_key_heads=2,
     linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, block_ff_dim=64,
     sliding_window=64, attention_window_size=64, max_seq_len=128, seq_length=128,
     use_mambapy=False, use_mamba_kernels=False,
 )
 # Per model type, only where the generic shrink cannot work, each with its reason.
-OVERRIDES: dict[str, tuple[dict, str]] = {}
+OVERRIDES: dict[str, tuple[dict, str]] = {
+    "bamba": ({"attn_layer_indices": [1]}, "its default attention layers lie beyond 2 layers; the hybrid cache needs one"),
+}
 
 
 def _versions() -> dict:
@@ -82,7 +85,8 @@ def tiny_config(model_type: str):
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
-    kwargs = {k: v for k, v in TINY.items() if k in default.to_dict() or hasattr(default, k)}
+    own = inspect.signature(type(default).__init__).parameters  # not the generation defaults of old configs (top_k)
+    kwargs = {k: v for k, v in TINY.items() if k in own}
     extra, _ = OVERRIDES.get(model_type, ({}, ""))
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
     config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
