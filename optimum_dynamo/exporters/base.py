@@ -148,9 +148,8 @@ class Exporter:
             ctx.task.spec.driver(ctx.model, ctx.tokenizer)
         ctx.observer = obs
         logger.info("    %s", obs.summary())
-        if ctx.task.with_past and ctx.task.base == "text-generation" and not returns_cache(obs.calls):
-            raise PipelineError(f"{ctx.config.model_type} returns no key/value cache from generate, so there is none "
-                                f"for --task {ctx.task.name} to carry; export with --task text-generation")
+        if ctx.task.with_past and ctx.task.base == "text-generation":
+            check_cache_returned(obs.calls, ctx.config.model_type, ctx.task.name)
         forward = inspect.signature(ctx.model.forward).parameters
         constants = ctx.task.spec.constants if ctx.task.with_past else {"use_cache": False}
         constants = {k: v for k, v in constants.items() if k in forward}
@@ -187,15 +186,25 @@ class Exporter:
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
 
 
-def returns_cache(calls) -> bool:
-    """Whether some captured call returned a cache (flattened to `present.*`, or a legacy tuple of layers)."""
+def check_cache_returned(calls, model_type: str, task: str) -> None:
+    """A -with-past decoder must return a cache this package can flatten (to `present.*`, or a legacy tuple of
+    layers) from some captured call; else PipelineError naming why: no cache at all, or a cache class that no
+    flattening is registered for."""
+    unregistered = None
     for call in calls:
         if any(name.startswith(f"{OUTPUT_PREFIX}.") for name in flat_outputs(call.outputs)):
-            return True
-        if isinstance(call.outputs, dict) and any(isinstance(call.outputs.get(k), tuple) and call.outputs.get(k)
-                                                  for k in CACHE_KWARGS):
-            return True
-    return False
+            return
+        for key in CACHE_KWARGS:
+            value = call.outputs.get(key) if isinstance(call.outputs, dict) else None
+            if isinstance(value, tuple) and value:
+                return
+            if value is not None and not isinstance(value, tuple) and not flatten.is_cache(value):
+                unregistered = f"{type(value).__module__}.{type(value).__qualname__}"
+    if unregistered:
+        raise PipelineError(f"{model_type}: no cache flattening is registered for {unregistered} "
+                            "(optimum_dynamo.flatten)")
+    raise PipelineError(f"{model_type} returns no key/value cache from generate, so there is none for --task {task} "
+                        "to carry; export with --task text-generation")
 
 
 def release_weights(ctx: ExportContext) -> None:
