@@ -153,8 +153,9 @@ def _child(*args: str, timeout: int = 900) -> dict:
     run = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout)
     lines = run.stdout.strip().splitlines()
     if run.returncode != 0 or not lines:
-        tail = [line for line in run.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        return {"viable": False, "ok": False, "reason": f"child failed: {tail[0][:200]}"}
+        lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line] or lines[-1:] or [f"exit status {run.returncode}"]
+        return {"viable": False, "ok": False, "reason": f"child failed: {errors[-1][:200]}"}
     return json.loads(lines[-1])
 
 
