@@ -196,7 +196,8 @@ def run_one(model_type: str, root: Path) -> dict:
 
 
 def run(types: list[str], out: Path, root: Path) -> None:
-    results = {"versions": _versions(), "date": time.strftime("%Y-%m-%d"), "mapping": MAPPING, "rows": []}
+    results = {"versions": _versions(), "date": time.strftime("%Y-%m-%d"), "mapping": MAPPING, "planned": types,
+               "rows": []}
     for i, model_type in enumerate(types, 1):
         row = run_one(model_type, root)
         results["rows"].append(row)
@@ -213,9 +214,9 @@ def summary(results: dict) -> dict:
             "max_export_s": max((r.get("export_s") or 0 for r in rows), default=0)}
 
 
-def _cell(row: dict | None) -> str:
+def _cell(row: dict | None, planned: bool) -> str:
     if row is None:
-        return "—"
+        return "not run yet" if planned else "—"
     if not row.get("viable"):
         return "not viable in PyTorch"
     text = {"dynamo": "pass", "fallback": "pass (torchscript fallback)"}.get(row["outcome"], row["outcome"])
@@ -233,11 +234,15 @@ def table(paths: list[Path]) -> str:
                      f"{results['versions']['optimum-onnx']}): {s['types']} model types, {s['viable']} viable in "
                      f"PyTorch; {s['dynamo']} pass with `--dynamo`, {s['fallback']} through the torchscript "
                      f"fallback, {s['refused']} refused with one line, {s['fail']} fail; slowest export "
-                     f"{s['max_export_s']} s")
+                     f"{s['max_export_s']} s" + (f"; {len(results['planned']) - s['types']} of the {len(results['planned'])} "
+                                        "planned types not run yet" if len(results.get("planned", ())) > s["types"]
+                                        else ""))
     by_type = [{r["model_type"]: r for r in results["rows"]} for results in runs]
     types = sorted(set().union(*by_type))
     lines += ["", "| model type | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    lines += [f"| {t} | " + " | ".join(_cell(rows.get(t)) for rows in by_type) + " |" for t in types]
+    planned = [set(results.get("planned", ())) for results in runs]
+    lines += [f"| {t} | " + " | ".join(_cell(rows.get(t), t in plan) for rows, plan in zip(by_type, planned)) + " |"
+              for t in types]
     return "\n".join(lines)
 
 
