@@ -42,6 +42,25 @@ def test_changed_signature_fails_when_applied():
     assert masking_utils._ignore_causal_mask_sdpa is original
 
 
+def test_where_imported_patches_every_module_holding_the_function():
+    """A function model modules import by name (llama imports `create_causal_mask` from masking_utils) is
+    swapped there too, and restored in every holder."""
+    original = masking_utils.create_causal_mask
+    assert modeling_llama.create_causal_mask is original
+
+    @patches.register_patch("transformers.masking_utils.create_causal_mask", check_signature=False,
+                            where_imported=True)
+    def stand_in(*args, **kwargs):
+        return None
+
+    try:
+        with patches.applied([p for p in patches.active_patches() if p.replacement is stand_in]):
+            assert masking_utils.create_causal_mask is stand_in and modeling_llama.create_causal_mask is stand_in
+    finally:
+        patches.unregister_patch(stand_in)
+    assert masking_utils.create_causal_mask is original and modeling_llama.create_causal_mask is original
+
+
 def test_registration_imports_no_model_module():
     """Signatures are checked when a patch is applied, for the modules in use: importing the exporters
     imports none of the patched model modules (transformers' auto registry is not one: with accelerate and

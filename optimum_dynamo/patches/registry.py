@@ -5,6 +5,9 @@
     def never_skip_mask(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
         return False
 
+A function other modules import by name (`from ..masking_utils import f`) is patched with
+`where_imported=True`: also in every imported module that holds the same object under that name.
+
 Checks are lazy (registration imports nothing): `applied()` swaps in each active patch whose target
 module is already imported (a model being exported has imported its modules; the others cannot be in use),
 checks its signature first — a target whose parameters differ from the replacement's raises `PatchError` —
@@ -38,6 +41,7 @@ class Patch:
     reason: str = ""
     check_signature: bool = True
     option: str | None = None  # applied only when an export asks for this option (e.g. "fused_attention")
+    where_imported: bool = False  # also swapped in the modules that imported the target by name
 
     @property
     def name(self) -> str:
@@ -105,12 +109,12 @@ _LOCK = threading.RLock()
 
 
 def register_patch(target: str, *, versions: dict[str, str] | None = None, reason: str = "", check_signature=True,
-                   option: str | None = None):
+                   option: str | None = None, where_imported: bool = False):
     """Decorator: the function replaces `target` while patches are applied (with `option`: only when
-    `applied(options=...)` names it)."""
+    `applied(options=...)` names it; with `where_imported`: in the modules that imported it too)."""
 
     def decorator(fn):
-        _PATCHES.append(Patch(target, fn, dict(versions or {}), reason, check_signature, option))
+        _PATCHES.append(Patch(target, fn, dict(versions or {}), reason, check_signature, option, where_imported))
         return fn
 
     return decorator
@@ -130,6 +134,12 @@ def original(target: str) -> Any:
     return _ORIGINALS[target]
 
 
+def _importers(owner, attr: str, value) -> list:
+    """The imported modules other than `owner` that hold `value` as `attr`."""
+    return [m for m in list(sys.modules.values())
+            if m is not owner and m is not None and getattr(m, "__dict__", {}).get(attr) is value]
+
+
 @contextmanager
 def applied(patches: list[Patch] | None = None, options: tuple[str, ...] = ()):
     """Swap the patches in (by default: the active ones whose target module is imported, and whose option,
@@ -143,11 +153,12 @@ def applied(patches: list[Patch] | None = None, options: tuple[str, ...] = ()):
             for patch in patches:
                 patch.check()
                 owner, attr = patch.resolve()
-                saved = inspect.getattr_static(owner, attr)
-                _ORIGINALS[patch.target] = getattr(owner, attr)
-                replacement = staticmethod(patch.replacement) if isinstance(saved, staticmethod) else patch.replacement
-                setattr(owner, attr, replacement)
-                done.append((patch, owner, attr, saved))
+                _ORIGINALS[patch.target] = value = getattr(owner, attr)
+                for holder in [owner, *(_importers(owner, attr, value) if patch.where_imported else ())]:
+                    saved = inspect.getattr_static(holder, attr)
+                    replacement = staticmethod(patch.replacement) if isinstance(saved, staticmethod) else patch.replacement
+                    setattr(holder, attr, replacement)
+                    done.append((patch, holder, attr, saved))
             yield [p for p, *_ in done]
         finally:
             for patch, owner, attr, saved in reversed(done):

@@ -18,9 +18,7 @@ def _last_columns(attention_mask, inputs_embeds):
     return attention_mask[:, -inputs_embeds.shape[1] :]
 
 
-@register_patch("transformers.models.jamba.modeling_jamba.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-@register_patch("transformers.models.lfm2.modeling_lfm2.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-@register_patch("transformers.models.zamba.modeling_zamba.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
-@register_patch("transformers.models.qwen3_next.modeling_qwen3_next.create_recurrent_attention_mask", versions=_V5, reason=_REASON)
+@register_patch("transformers.masking_utils.create_recurrent_attention_mask", versions=_V5, reason=_REASON,
+                where_imported=True)  # every model module imports it by name (90 in 5.23)
 def recurrent_mask_of_new_tokens(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
     return _last_columns(attention_mask, inputs_embeds)
