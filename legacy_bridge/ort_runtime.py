@@ -7,6 +7,8 @@
   ([batch, kv_heads, past, head_dim]) when static, else the config.
 - Per-layer cache sizes: `forward` builds every empty first-step cache with those single sizes; when the
   graph's cache inputs differ per layer (gemma4), each empty cache takes its own input's static shape.
+- State graphs (mamba, hybrids): their own `__init__` bookkeeping and a token-by-token `forward`
+  (`ort_states`).
 - Default positions: without `position_ids`, `forward` counts positions 0.. from the first token of each
   row (opt and old gpt_bigcode aside). Where the PyTorch model derives them from the attention mask
   instead (biogpt on transformers 4), the wrapper does the same, so a left-padded row gets equal logits.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import sys
 
+from . import ort_states
 from .hooks import when_imported
 
 _MODULE = "optimum.onnxruntime.modeling_decoder"
@@ -104,11 +107,18 @@ def _patch(module) -> None:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
+        if ort_states.is_state_session(kwargs.get("session")):
+            generation_config = kwargs.pop("generation_config", None)
+            super(cls, self).__init__(*args, **kwargs)  # optimum's ORTModel; its key/value sizes do not apply
+            ort_states.adopt(self, generation_config)
+            return
         init(self, *args, **kwargs)
         _fix(self)
 
     @functools.wraps(forward)
     def wrapped_forward(self, input_ids, attention_mask=None, past_key_values=None, position_ids=None, **kwargs):
+        if isinstance(getattr(self, "state_graph", None), ort_states.StateGraph):
+            return ort_states.forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)
         if (position_ids is None and attention_mask is not None and "position_ids" in self.input_names
                 and _positions_from_mask(self)):
             position_ids = mask_positions(attention_mask, _past_length(past_key_values))

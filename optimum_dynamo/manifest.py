@@ -59,12 +59,8 @@ def write_manifest(ctx, records: dict[str, dict[str, Any]], **fields: Any) -> No
     (ctx.staging / MANIFEST_FILE).write_text(json.dumps(data, indent=2) + "\n")
 
 
-def runtime_of(task, output_names) -> str:
-    """What can drive the export: optimum's runtime class, or this package's step loop for state caches."""
-    from .runtime import drives_states
-
-    if drives_states(output_names):
-        return "optimum_dynamo.runtime.OnnxStepModel"
+def runtime_of(task) -> str:
+    """The optimum runtime class that drives the export (state graphs too, through legacy_bridge)."""
     return f"optimum.onnxruntime.{task.spec.runtime_class}" if task else ""
 
 

@@ -1,6 +1,6 @@
 """State caches (Mamba, linear attention): flatten round trips with stable names, a clear error for
-cache objects nobody registered, and `--dynamo` exports driven by the package's own step loop with
-greedy-token and logit parity against PyTorch's `generate`."""
+cache objects nobody registered, and `--dynamo` exports that optimum's `ORTModelForCausalLM` runs (through
+legacy_bridge) with greedy-token and logit parity against PyTorch's `generate`."""
 
 import json
 
@@ -156,31 +156,38 @@ def _export(checkpoint, out):
     run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoint, "--task", "text-generation-with-past", out)
     assert run.returncode == 0, run.stderr[-3000:]
     manifest = json.loads((out / "optimum_dynamo.json").read_text())
-    assert manifest["runtime"] == "optimum_dynamo.runtime.OnnxStepModel"
+    assert manifest["runtime"] == "optimum.onnxruntime.ORTModelForCausalLM"
     return manifest
 
 
 def _assert_generate_parity(checkpoint, out, generate_kwargs=None):
-    """Greedy tokens of a left-padded batch of 2 equal PyTorch's generate; first-step logits within 1e-4."""
+    """ORTModelForCausalLM.from_pretrained(out): greedy tokens of a left-padded batch of 2 equal PyTorch's
+    generate; first-step logits within 1e-4. The package's own OnnxStepModel gives the same tokens."""
+    from optimum.onnxruntime import ORTModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     ids = torch.tensor([[0, 0, 5, 9, 17, 23], [4, 8, 15, 16, 23, 42]])
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])  # row 0 left-padded
     new = 8
+    options = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, output_logits=True,
+                   return_dict_in_generate=True, **(generate_kwargs or {}))
     with torch.no_grad():
-        ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                             pad_token_id=0, output_logits=True, return_dict_in_generate=True, **(generate_kwargs or {}))
-    tokens, logits = OnnxStepModel(out).generate(ids.numpy(), mask.numpy(), new, return_logits=True)
-    expected = ref.sequences[:, ids.shape[1]:].numpy()
+        ref = model.generate(input_ids=ids, attention_mask=mask, **options)
+    got = ORTModelForCausalLM.from_pretrained(out).generate(input_ids=ids, attention_mask=mask, **options)
+    expected = ref.sequences[:, ids.shape[1]:]
     assert len(set(expected.ravel().tolist())) > 2  # the comparison is not of a constant sequence
-    np.testing.assert_array_equal(tokens, expected)
-    np.testing.assert_allclose(logits[:, 0], ref.logits[0].numpy(), atol=1e-4, rtol=0)
+    assert torch.equal(got.sequences[:, ids.shape[1]:], expected)
+    np.testing.assert_allclose(got.logits[0].numpy(), ref.logits[0].numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(OnnxStepModel(out).generate(ids.numpy(), mask.numpy(), new), expected.numpy())
 
 
-@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
-def test_cli_export_runs_in_step_loop_with_generate_parity(model_type, untied, tmp_path):
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba", "mamba2"])
+def test_cli_export_runs_in_ort_model_for_causal_lm(model_type, untied, tmp_path):
+    if not V5 and model_type == "mamba2":
+        pytest.skip("transformers 4: no flattening registered for Mamba2Cache yet (one stacked tensor per kind)")
     manifest = _export(untied(model_type), tmp_path / model_type)
     pasts = [f"past_key_values.{n}" for n in STATE_NAMES]
-    assert manifest["inputs"] == ["input_ids", "attention_mask", *pasts] + ([] if V5 else ["cache_position"])
+    assert sorted(manifest["inputs"]) == sorted(["input_ids", "attention_mask", *pasts] + ([] if V5 else ["cache_position"]))
     assert manifest["outputs"] == ["logits", *[f"present.{n}" for n in STATE_NAMES]]
     _assert_generate_parity(untied(model_type), tmp_path / model_type)
 
@@ -191,18 +198,29 @@ HYBRIDS = {  # model type -> leaves of each layer, in order
     "lfm2": [("conv_state",), _ATTN],
     "qwen3_next": [_STATE, _ATTN],
     "zamba": [_STATE, _STATE, _ATTN + _STATE, _STATE, _ATTN + _STATE],  # shared attention beside mamba
+    "zamba2": [_STATE, _ATTN + _STATE, _STATE],
+    "qwen3_5_text": [_STATE, _ATTN],
+    "nemotron_h": [_STATE, (), _ATTN],  # mamba, MLP-only, attention
 }
 
 
-# transformers 4: their caches round-trip (above), but torch.export stops at data-dependent branches on
-# cache_position values (lfm2 ShortConv.slow_forward, qwen3_next _update_linear_attn_mask): not patched yet
-NOT_YET_V4 = {"lfm2", "qwen3_next"}
+NOT_IN_V4 = {"qwen3_5_text", "nemotron_h"}  # these types arrived in transformers 5
+NOT_YET_V4 = {  # transformers 4 exports not made to work yet, with why
+    # their caches round-trip (above), but torch.export stops at data-dependent branches on cache_position
+    # values (lfm2 ShortConv.slow_forward, qwen3_next _update_linear_attn_mask)
+    "lfm2": "data-dependent guards on cache_position",
+    "qwen3_next": "data-dependent guards on cache_position",
+    # PyTorch alone generates; under the capture its shared block concatenates 4-d and 3-d hidden states
+    "zamba2": "the capture fails in Zamba2AttentionDecoderLayer (4-d / 3-d concatenation), not investigated",
+}
 
 
 @pytest.mark.parametrize("model_type", sorted(HYBRIDS))
-def test_hybrid_cli_export_runs_in_step_loop_with_generate_parity(model_type, untied, tmp_path):
+def test_hybrid_cli_export_runs_in_ort_model_for_causal_lm(model_type, untied, tmp_path):
+    if not V5 and model_type in NOT_IN_V4:
+        pytest.skip(f"{model_type} is not in transformers 4")
     if not V5 and model_type in NOT_YET_V4:
-        pytest.skip(f"transformers 4: {model_type} export hits data-dependent guards on cache_position (not patched yet)")
+        pytest.skip(f"transformers 4: {model_type} export not made to work yet: {NOT_YET_V4[model_type]}")
     manifest = _export(untied(model_type), tmp_path / model_type)
     leaves = [f"{i}.{leaf}" for i, layer in enumerate(HYBRIDS[model_type]) for leaf in layer]
     pasts = [f"past_key_values.{n}" for n in leaves]

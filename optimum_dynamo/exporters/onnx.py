@@ -153,7 +153,7 @@ class OnnxExporter(Exporter):
             ctx,
             records,
             backend=self.backend,
-            runtime=runtime_of(ctx.task, ctx.components[-1].output_names),
+            runtime=runtime_of(ctx.task),
             optimize_level=ctx.options.optimize_level,
             **({"programs": ctx.manifest.get("pt2", {})} if len(records) == 1 else {}),
         )

@@ -1,5 +1,6 @@
-"""The package's own onnxruntime runners, for exports optimum's runtime classes cannot drive: state caches
-(`steps.OnnxStepModel`) and vision-language components (`vlm.VlmRunner`, imported from its module)."""
+"""The package's own onnxruntime runners: a greedy loop for state caches without optimum
+(`steps.OnnxStepModel`; `ORTModelForCausalLM` runs them too) and vision-language components
+(`vlm.VlmRunner`, imported from its module)."""
 
 from .steps import OnnxStepModel, STATE_LEAVES, drives_states
 

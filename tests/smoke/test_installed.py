@@ -1,5 +1,6 @@
 """What a user of the wheel gets: every package in it, activation at start-up without `import optimum_dynamo`,
-the opt-out variable, and --dynamo exports that optimum's runtime classes run with PyTorch's greedy tokens."""
+the opt-out variable, and --dynamo exports that optimum's runtime classes run with PyTorch's greedy tokens
+(a state-space model's too: the start-up hook teaches ORTModelForCausalLM its state inputs)."""
 
 import importlib.metadata
 import json
@@ -48,7 +49,7 @@ def test_opt_out_leaves_optimum_as_if_the_package_were_not_installed():
         assert plain.stdout.strip() == "ok"
 
 
-@pytest.mark.parametrize("model_type", ["llama", "phi3", "gemma2"])
+@pytest.mark.parametrize("model_type", ["llama", "phi3", "gemma2", "mamba"])  # mamba: state inputs
 def test_cli_export_runs_in_plain_ort_model(model_type, checkpoints, tmp_path):
     from optimum.onnxruntime import ORTModelForCausalLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
