@@ -10,15 +10,16 @@
 - State graphs (mamba, hybrids): their own `__init__` bookkeeping and a token-by-token `forward`
   (`ort_states`).
 - Default positions: without `position_ids`, `forward` counts positions 0.. from the first token of each
-  row (opt and old gpt_bigcode aside). Where the PyTorch model derives them from the attention mask
-  instead (biogpt on transformers 4), the wrapper does the same, so a left-padded row gets equal logits.
+  row (opt and old gpt_bigcode aside). Where the PyTorch model derives them otherwise (from the padding
+  index or the attention mask: the rule the export recorded, `positions`), the wrapper does the same, so a
+  plain call on a left-padded row gets PyTorch's logits.
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import ort_states
+from . import ort_states, positions
 from .hooks import when_imported
 
 _MODULE = "optimum.onnxruntime.modeling_decoder"
@@ -75,22 +76,16 @@ def empty_cache(model, batch: int) -> tuple | None:
     return tuple(tuple(empty[i : i + 2]) for i in range(0, len(empty), 2))
 
 
-def _positions_from_mask(model) -> bool:
-    """Whether the PyTorch model of this type derives default positions from the attention mask."""
-    if model.config.model_type != "biogpt":
-        return False
+def default_positions(model) -> str | None:
+    """The graph's recorded default-positions rule (`positions`), else biogpt's on transformers 4 (a
+    torchscript export records none), else None: optimum's own count from each row's first token."""
+    rule = model.session.get_modelmeta().custom_metadata_map.get(positions.METADATA_KEY)
+    if rule or model.config.model_type != "biogpt":
+        return rule or None
     import transformers
     from packaging.version import Version
 
-    return Version(transformers.__version__) < Version("5")  # transformers 5 counts 0.. like the runtime
-
-
-def mask_positions(attention_mask, past: int):
-    """biogpt's positions on transformers 4: running count of attended tokens minus one, -1 on padding."""
-    import torch
-
-    positions = (torch.cumsum(attention_mask, dim=1) * attention_mask - 1).long()
-    return positions[:, past:]
+    return "mask" if Version(transformers.__version__) < Version("5") else None  # 5 counts 0.. like the runtime
 
 
 def _past_length(past_key_values) -> int:
@@ -114,14 +109,16 @@ def _patch(module) -> None:
             return
         init(self, *args, **kwargs)
         _fix(self)
+        self.positions_rule = default_positions(self)
 
     @functools.wraps(forward)
     def wrapped_forward(self, input_ids, attention_mask=None, past_key_values=None, position_ids=None, **kwargs):
         if isinstance(getattr(self, "state_graph", None), ort_states.StateGraph):
             return ort_states.forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)
-        if (position_ids is None and attention_mask is not None and "position_ids" in self.input_names
-                and _positions_from_mask(self)):
-            position_ids = mask_positions(attention_mask, _past_length(past_key_values))
+        if position_ids is None and "position_ids" in self.input_names and getattr(self, "positions_rule", None):
+            if attention_mask is None:
+                attention_mask = input_ids.new_ones((input_ids.shape[0], _past_length(past_key_values) + input_ids.shape[1]))
+            position_ids = positions.positions(self.positions_rule, input_ids, attention_mask, _past_length(past_key_values))
         if past_key_values is None:
             past_key_values = empty_cache(self, input_ids.shape[0])
         return forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)

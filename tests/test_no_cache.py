@@ -37,3 +37,15 @@ def test_with_past_without_a_cache_is_one_line_and_nothing_written(tmp_path):
         "from generate, so there is none for --task text-generation-with-past to carry; export with --task "
         "text-generation); no fallback: no torchscript OnnxConfig for bert/text-generation-with-past"]
     assert not out.exists()
+
+
+def test_the_advised_task_exports_a_graph_the_runtime_runs(tmp_path):
+    """`--task text-generation` (what the refusal advises): captured as `generate` runs without a cache, the
+    whole sequence in every call, which is how ORTModelForCausalLM(use_cache=False) runs the graph."""
+    ckpt, out = save_tiny_decoder("bert", tmp_path / "bert"), tmp_path / "out"
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", "text-generation", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ort_model = ORTModelForCausalLM.from_pretrained(out, use_cache=False)
+    assert not ort_model.can_use_cache
+    assert_causal_lm_parity(ort_model, AutoModelForCausalLM.from_pretrained(ckpt).eval(),
+                            padded_batch(AutoTokenizer.from_pretrained(out)))

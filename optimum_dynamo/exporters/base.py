@@ -31,6 +31,7 @@ from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError, describe
 from ..flags import DTYPES
 from ..options import ExportOptions
+from ..positions import default_positions
 from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..target import Target
@@ -86,6 +87,21 @@ class ExportContext:
     @property
     def output_names(self) -> list[str]:
         return self.only.output_names
+
+
+@contextlib.contextmanager
+def generation_cache(model, enabled: bool):
+    """`enabled=False`: `generate` runs without a cache, as the runtime runs a graph without past inputs
+    (the whole sequence in every call)."""
+    config = getattr(model, "generation_config", None)
+    if enabled or config is None:
+        yield
+        return
+    saved, config.use_cache = config.use_cache, False
+    try:
+        yield
+    finally:
+        config.use_cache = saved
 
 
 class Exporter:
@@ -144,7 +160,9 @@ class Exporter:
 
     def components(self, ctx: ExportContext) -> list[Component]:
         """One graph of the whole model, observed while the task's driver runs it."""
-        with forward_adapter(ctx.model, ctx.options.model_kwargs), InputObserver(ctx.model, "model") as obs:
+        cached = ctx.task.with_past or ctx.task.base != "text-generation"
+        with forward_adapter(ctx.model, ctx.options.model_kwargs), generation_cache(ctx.model, cached), \
+                InputObserver(ctx.model, "model") as obs:
             ctx.task.spec.driver(ctx.model, ctx.tokenizer)
         ctx.observer = obs
         logger.info("    %s", obs.summary())
@@ -157,7 +175,10 @@ class Exporter:
         # Text axes (batch, sequence) are dynamic by meaning, even if every call had one size; state models
         # (Mamba, hybrids) are stepped one token per call by design, so their sequence axis is 1.
         stepped = ctx.task.with_past and is_state_model(ctx.model)
-        return [Component("model", obs, ctx.task.model_inputs(ctx.model), constants, dynamic_sequence=not stepped)]
+        part = Component("model", obs, ctx.task.model_inputs(ctx.model), constants, dynamic_sequence=not stepped)
+        if ctx.task.base == "text-generation" and "position_ids" in part.inputs:  # what a plain call means
+            part.metadata = default_positions(ctx.model, obs.calls)
+        return [part]
 
     # ── Stage: infer ──
     @stage("infer inputs and dynamic shapes")

@@ -26,6 +26,7 @@ class Component:
     directory: str = ""  # sub-directory of the output holding its files ("" : the output itself)
     size_oblivious: bool = True  # trace 0/1-sized axes as general sizes (an empty cache on the first step)
     strict: bool = False  # torch.export's strict mode
+    metadata: dict[str, str] = field(default_factory=dict)  # written into the graph's metadata_props
     # made by the stages
     arguments: Any = None  # capture.ExportArguments
     program: torch.export.ExportedProgram | None = None

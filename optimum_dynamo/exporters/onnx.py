@@ -123,6 +123,7 @@ class OnnxExporter(Exporter):
     def save(self, ctx: ExportContext) -> None:
         for part in ctx.components:
             model = part.onnx_program.model
+            model.metadata_props.update(part.metadata)
             part.contrib_ops = contrib_ops(model)
             part.inputs_kept = [v.name for v in model.graph.inputs]
             save_graph(model, ctx.staging, tuple(onnx_files(part)), ctx.options)

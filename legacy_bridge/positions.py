@@ -1,0 +1,36 @@
+"""Default positions: what a decoder uses as `position_ids` when a call gives none.
+
+optimum's ORTModelForCausalLM fills missing `position_ids` by counting 0.. from each row's first token.
+Many PyTorch decoders count the same way; some do not, and a plain `model(input_ids, attention_mask)` then
+differs from PyTorch's (`generate` passes positions itself, so its tokens agree):
+
+- `padding:<idx>` — RoBERTa-style embeddings: `idx + 1 + running count of non-padding ids`, `idx` on
+  padding ids (roberta, camembert, xlm-roberta, data2vec-text, ... as decoders).
+- `mask` — running count of attended tokens minus one (biogpt on transformers 4).
+
+A `--dynamo` export finds the rule by running the model and writes it into the graph's metadata under
+`METADATA_KEY`; `ort_runtime` applies it when a call gives no positions.
+"""
+
+from __future__ import annotations
+
+METADATA_KEY = "optimum_dynamo.default_positions"
+
+
+def candidates(pad_token_id) -> list[str]:
+    """The rules worth trying for a model whose padding id is `pad_token_id`."""
+    return ["mask"] + ([f"padding:{int(pad_token_id)}"] if pad_token_id is not None else [])
+
+
+def positions(rule: str, input_ids, attention_mask, past: int):
+    """`position_ids` [batch, new tokens] of `rule` for a call after `past` earlier tokens."""
+    import torch
+
+    if rule == "mask":
+        counted = (torch.cumsum(attention_mask, dim=1) * attention_mask - 1).long()
+        return counted[:, past:]
+    if rule.startswith("padding:"):
+        idx = int(rule.split(":", 1)[1])
+        real = input_ids.ne(idx).long()
+        return (torch.cumsum(real, dim=1) + past) * real + idx
+    raise ValueError(f"unknown default-positions rule {rule!r}")
