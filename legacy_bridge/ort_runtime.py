@@ -12,7 +12,7 @@
 - Default positions: without `position_ids`, `forward` counts positions 0.. from the first token of each
   row (opt and old gpt_bigcode aside). Where the PyTorch model derives them otherwise (from the padding
   index or the attention mask: the rule the export recorded, `positions`), the wrapper does the same, so a
-  plain call on a left-padded row gets PyTorch's logits.
+  plain call on a left-padded row gets PyTorch's logits; likewise the positions `generate` prepares.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def _patch(module) -> None:
         init(self, *args, **kwargs)
         _fix(self)
         self.positions_rule = default_positions(self)
+        self.generate_positions_rule = self.session.get_modelmeta().custom_metadata_map.get(positions.GENERATE_KEY)
 
     @functools.wraps(forward)
     def wrapped_forward(self, input_ids, attention_mask=None, past_key_values=None, position_ids=None, **kwargs):
@@ -123,7 +124,19 @@ def _patch(module) -> None:
             past_key_values = empty_cache(self, input_ids.shape[0])
         return forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)
 
-    cls.__init__, cls.forward = __init__, wrapped_forward
+    prepare = _original["prepare_inputs_for_generation"] = cls.prepare_inputs_for_generation
+
+    @functools.wraps(prepare)
+    def prepare_inputs_for_generation(self, *args, **kwargs):
+        inputs = prepare(self, *args, **kwargs)
+        rule = getattr(self, "generate_positions_rule", None)
+        full = args[0] if args else kwargs.get("input_ids")  # the whole sequence so far (inputs: its new part)
+        ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
+        if rule and "position_ids" in self.input_names and full is not None and ids is not None and mask is not None:
+            inputs["position_ids"] = positions.positions(rule, full, mask, 0)[:, -ids.shape[1]:]
+        return inputs
+
+    cls.__init__, cls.forward, cls.prepare_inputs_for_generation = __init__, wrapped_forward, prepare_inputs_for_generation
 
 
 def install() -> None:

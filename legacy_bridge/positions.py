@@ -6,15 +6,21 @@ differs from PyTorch's (`generate` passes positions itself, so its tokens agree)
 
 - `padding:<idx>` — RoBERTa-style embeddings: `idx + 1 + running count of non-padding ids`, `idx` on
   padding ids (roberta, camembert, xlm-roberta, data2vec-text, ... as decoders).
-- `mask` — running count of attended tokens minus one (biogpt on transformers 4).
+- `mask` — running count of attended tokens minus one (biogpt on transformers 4); what `generate`
+  passes by default.
+- `count` — 0.. from each row's first token, padding included (optimum's own default).
 
-A `--dynamo` export finds the rule by running the model and writes it into the graph's metadata under
-`METADATA_KEY`; `ort_runtime` applies it when a call gives no positions.
+`generate` has a rule too: transformers passes `mask` positions unless the model prepares its own inputs
+(xlm-roberta-xl passes `padding:<idx>` ones) or takes none from it. A `--dynamo` export finds both rules
+(running the model, reading the positions its captured `generate` passed) and writes each into the graph's
+metadata, `METADATA_KEY` and `GENERATE_KEY`, only where it differs from optimum's; `ort_runtime` applies
+them when a call gives no positions and to the inputs `generate` prepares.
 """
 
 from __future__ import annotations
 
 METADATA_KEY = "optimum_dynamo.default_positions"
+GENERATE_KEY = "optimum_dynamo.generate_positions"
 
 
 def candidates(pad_token_id) -> list[str]:
@@ -26,6 +32,8 @@ def positions(rule: str, input_ids, attention_mask, past: int):
     """`position_ids` [batch, new tokens] of `rule` for a call after `past` earlier tokens."""
     import torch
 
+    if rule == "count":
+        return torch.arange(past, past + input_ids.shape[1]).expand(input_ids.shape[0], -1)
     if rule == "mask":
         counted = (torch.cumsum(attention_mask, dim=1) * attention_mask - 1).long()
         return counted[:, past:]

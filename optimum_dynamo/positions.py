@@ -1,8 +1,11 @@
-"""Which default-positions rule a decoder follows (see `legacy_bridge.positions`), found by running it.
+"""Which positions rules a decoder follows (see `legacy_bridge.positions`).
 
-The captured prefill (its ids and attention mask) goes through the model once without `position_ids`
-and once per rule with them: optimum's own count first (then nothing is recorded), then the other rules.
-The first whose logits equal the call without positions on the attended tokens is the model's rule.
+A plain call: the captured prefill (its ids and attention mask) goes through the model once without
+`position_ids` and once per rule with them: optimum's own count first (then nothing is recorded), then
+the other rules. The first whose logits equal the call without positions on the attended tokens is the
+model's rule. `generate`: the positions the captured prefill was given, compared on attended tokens with
+each rule (`mask`, what optimum's runtime gets from `generate`, records nothing); none given: the plain
+call's rule.
 """
 
 from __future__ import annotations
@@ -13,14 +16,9 @@ import torch
 from legacy_bridge import positions as rules
 
 
-def _count(input_ids, attention_mask, past: int):
-    """optimum's runtime default: 0.. from each row's first token."""
-    return torch.arange(past, past + input_ids.shape[1]).expand(input_ids.shape[0], -1)
-
-
 def default_positions(model, calls) -> dict[str, str]:
-    """Graph metadata `{METADATA_KEY: rule}` when the model numbers missing positions other than optimum's
-    runtime does; {} when it counts the same way, takes no positions, or no rule reproduces it."""
+    """Graph metadata: `METADATA_KEY` / `GENERATE_KEY` where the model's plain-call / generate positions
+    follow another rule than optimum's runtime; {} when both agree, it takes no positions, or no rule fits."""
     if "position_ids" not in inspect.signature(model.forward).parameters:
         return {}
     first = next((c.kwargs for c in calls if c.kwargs.get("input_ids") is not None
@@ -40,12 +38,22 @@ def default_positions(model, calls) -> dict[str, str]:
     expected = logits()
     tolerance = 1e-3 * max(expected.abs().max().item(), 1.0)
     pad = getattr(model.config.get_text_config(decoder=True), "pad_token_id", None)
-    for name, make in [("count", _count), *((r, lambda i, m, p, r=r: rules.positions(r, i, m, p))
-                                            for r in rules.candidates(pad))]:
+    found_rule = None
+    for name in ["count", *rules.candidates(pad)]:
         try:
-            found = logits(make(ids, mask, past))
+            found = logits(rules.positions(name, ids, mask, past))
         except (IndexError, RuntimeError):  # e.g. position -1 in an embedding table without an offset
             continue
         if (found - expected).abs().max().item() <= tolerance:
-            return {} if name == "count" else {rules.METADATA_KEY: name}
-    return {}
+            found_rule = name
+            break
+    metadata = {rules.METADATA_KEY: found_rule} if found_rule not in (None, "count") else {}
+    given = first.get("position_ids")
+    if given is None:  # generate gives none: the model numbers them itself
+        generate_rule = found_rule
+    else:
+        generate_rule = next((r for r in ["mask", "count", *rules.candidates(pad)[1:]]
+                              if torch.equal(rules.positions(r, ids, mask, past)[real], given[real])), None)
+    if generate_rule not in (None, "mask"):
+        metadata[rules.GENERATE_KEY] = generate_rule
+    return metadata

@@ -4,13 +4,14 @@ running the model, writes it into the graph's metadata, and ORTModelForCausalLM 
 Decoders that count 0.. like optimum's runtime record nothing."""
 
 import onnx
+import torch
 import pytest
 import transformers
 from optimum.onnxruntime import ORTModelForCausalLM
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from legacy_bridge.positions import METADATA_KEY
+from legacy_bridge.positions import GENERATE_KEY, METADATA_KEY
 from parity import assert_causal_lm_parity, padded_batch
 from tiny import save_tiny_decoder
 
@@ -21,18 +22,27 @@ V5 = Version(transformers.__version__) >= Version("5")
 TASK = "text-generation" if V5 else "text-generation-with-past"
 
 
-@pytest.mark.parametrize("model_type, rule", [
-    ("roberta", "padding:0"),  # the tiny checkpoints pad with id 0
-    ("xlm-roberta", "padding:0"),
-    ("llama", None),
+@pytest.mark.parametrize("model_type, rule, generate_rule", [
+    ("roberta", "padding:0", None),  # the tiny checkpoints pad with id 0; generate passes transformers' own
+    ("xlm-roberta", "padding:0", None),
+    # transformers 4: its own prepare_inputs_for_generation numbers them from the padding index too
+    ("xlm-roberta-xl", "padding:0", None if V5 else "padding:0"),
+    ("llama", None, None),
 ])
-def test_plain_call_numbers_positions_as_pytorch_does(model_type, rule, tmp_path):
+def test_plain_call_and_generate_number_positions_as_pytorch_does(model_type, rule, generate_rule, tmp_path):
     extra = {} if model_type == "llama" else {"is_decoder": True}
     checkpoint = save_tiny_decoder(model_type, tmp_path / "checkpoint", **extra)
     out = cli_export(tmp_path / "onnx", "--model", checkpoint, "--task", TASK)
     metadata = {p.key: p.value for p in onnx.load(out / "model.onnx", load_external_data=False).metadata_props}
-    assert metadata.get(METADATA_KEY) == rule
+    assert (metadata.get(METADATA_KEY), metadata.get(GENERATE_KEY)) == (rule, generate_rule)
     ort_model = ORTModelForCausalLM.from_pretrained(out, use_cache=not V5)
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     inputs = padded_batch(AutoTokenizer.from_pretrained(checkpoint))
     assert_causal_lm_parity(ort_model, torch_model, inputs)  # plain call: logits within 1e-4; greedy tokens
+    options = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True,
+                   return_dict_in_generate=True)
+    with torch.no_grad():
+        expected = torch_model.generate(**inputs, **options)
+    got = ort_model.generate(**inputs, **options)
+    # every step's logits, not only the first (each step's positions come from generate)
+    assert max((a - b).abs().max().item() for a, b in zip(expected.logits, got.logits)) < 1e-4
