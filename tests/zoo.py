@@ -47,6 +47,10 @@ TINY = dict(
 # Per model type, only where the generic shrink cannot work, each with its reason.
 OVERRIDES: dict[str, tuple[dict, str]] = {
     "bamba": ({"attn_layer_indices": [1]}, "its default attention layers lie beyond 2 layers; the hybrid cache needs one"),
+    "mamba2": ({"head_dim": 16, "n_groups": 1}, "num_heads * head_dim must equal expand * hidden_size; "
+               "num_heads a multiple of n_groups"),
+    "zamba": ({"num_hidden_layers": 5, "attn_layer_period": 2, "attn_layer_offset": 1},
+              "its shared attention block is tied across hybrid layers: the pattern needs two"),
 }
 
 
@@ -81,6 +85,27 @@ def listed() -> set[str]:
     return names
 
 
+def _layer_kinds(default, own, layers: int) -> dict:
+    """Keep every kind of layer of a hybrid in the shrunk model: the first `layers` layers of its pattern
+    may all be of one kind (no attention layer: the model cannot run). A per-layer list of the default
+    config (layer_types, layers_block_type, ...) becomes its kinds in order of appearance, with
+    num_hidden_layers to match; a `<kind>_period` / `<kind>_offset` pair becomes 2 / 1."""
+    found = {}
+    total = getattr(default, "num_hidden_layers", None)
+    for key, value in vars(default).items():
+        if (key in own and isinstance(value, (list, tuple)) and total and len(value) == total
+                and all(isinstance(v, str) for v in value) and len(set(value)) > 1):
+            found[key] = list(dict.fromkeys(value))
+    lengths = {len(kinds) for kinds in found.values()}
+    extra = dict(found, num_hidden_layers=max(lengths.pop(), layers)) if len(lengths) == 1 else {}
+    for key in own:
+        if key.endswith("_period") and key.replace("_period", "_offset") in own:
+            offset = getattr(default, key.replace("_period", "_offset"), None)
+            if isinstance(offset, int) and offset >= layers:
+                extra.update({key: 2, key.replace("_period", "_offset"): 1})
+    return extra
+
+
 def tiny_config(model_type: str):
     from transformers import AutoConfig
 
@@ -88,6 +113,8 @@ def tiny_config(model_type: str):
     own = inspect.signature(type(default).__init__).parameters  # not the generation defaults of old configs (top_k)
     kwargs = {k: v for k, v in TINY.items() if k in own}
     extra, _ = OVERRIDES.get(model_type, ({}, ""))
+    if "num_hidden_layers" not in extra:  # an override that sets the depth sets the pattern too
+        kwargs.update(_layer_kinds(default, own, kwargs.get("num_hidden_layers", 2)))
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
     config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
     return config
