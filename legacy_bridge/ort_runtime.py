@@ -76,10 +76,10 @@ def empty_cache(model, batch: int) -> tuple | None:
     return tuple(tuple(empty[i : i + 2]) for i in range(0, len(empty), 2))
 
 
-def default_positions(model) -> str | None:
+def default_positions(model, recorded: dict) -> str | None:
     """The graph's recorded default-positions rule (`positions`), else biogpt's on transformers 4 (a
     torchscript export records none), else None: optimum's own count from each row's first token."""
-    rule = model.session.get_modelmeta().custom_metadata_map.get(positions.METADATA_KEY)
+    rule = recorded.get(positions.METADATA_KEY)
     if rule or model.config.model_type != "biogpt":
         return rule or None
     import transformers
@@ -109,17 +109,18 @@ def _patch(module) -> None:
             return
         init(self, *args, **kwargs)
         _fix(self)
-        self.positions_rule = default_positions(self)
-        self.generate_positions_rule = self.session.get_modelmeta().custom_metadata_map.get(positions.GENERATE_KEY)
+        recorded = self.session.get_modelmeta().custom_metadata_map
+        self.positions_rule = default_positions(self, recorded)
+        self.generate_positions_rule = recorded.get(positions.GENERATE_KEY)
 
     @functools.wraps(forward)
     def wrapped_forward(self, input_ids, attention_mask=None, past_key_values=None, position_ids=None, **kwargs):
         if isinstance(getattr(self, "state_graph", None), ort_states.StateGraph):
             return ort_states.forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)
         if position_ids is None and "position_ids" in self.input_names and getattr(self, "positions_rule", None):
-            if attention_mask is None:
-                attention_mask = input_ids.new_ones((input_ids.shape[0], _past_length(past_key_values) + input_ids.shape[1]))
-            position_ids = positions.positions(self.positions_rule, input_ids, attention_mask, _past_length(past_key_values))
+            past = _past_length(past_key_values)
+            mask = input_ids.new_ones((input_ids.shape[0], past + input_ids.shape[1])) if attention_mask is None else attention_mask
+            position_ids = positions.positions(self.positions_rule, input_ids, mask, past)
         if past_key_values is None:
             past_key_values = empty_cache(self, input_ids.shape[0])
         return forward(self, input_ids, attention_mask, past_key_values, position_ids, **kwargs)

@@ -2,7 +2,7 @@
 
 optimum's ORTModelForCausalLM fills missing `position_ids` by counting 0.. from each row's first token.
 Many PyTorch decoders count the same way; some do not, and a plain `model(input_ids, attention_mask)` then
-differs from PyTorch's (`generate` passes positions itself, so its tokens agree):
+differs from PyTorch's:
 
 - `padding:<idx>` — RoBERTa-style embeddings: `idx + 1 + running count of non-padding ids`, `idx` on
   padding ids (roberta, camembert, xlm-roberta, data2vec-text, ... as decoders).
