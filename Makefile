@@ -123,9 +123,9 @@ bench: env-t4
 # environments side by side, then the table in docs/status.md (tests/zoo.py --help).
 zoo: env-t4 env-t5
 	mkdir -p .zoo
-	HF_HUB_OFFLINE=1 .venv-t4/bin/python tests/zoo.py --json .zoo/t4.json $(ZOO_ARGS) > .zoo/t4.log 2>&1 & \
-	HF_HUB_OFFLINE=1 .venv-t5/bin/python tests/zoo.py --json .zoo/t5.json $(ZOO_ARGS) > .zoo/t5.log 2>&1; wait
-	.venv-t5/bin/python tests/zoo.py --table .zoo/t4.json .zoo/t5.json --docs docs/status.md
+	for v in t4 t5; do ( for k in causal seq2seq speech; do HF_HUB_OFFLINE=1 .venv-$$v/bin/python tests/zoo.py \
+	  --kind $$k --json .zoo/$$v-$$k.json $(ZOO_ARGS) > .zoo/$$v-$$k.log 2>&1; done ) & done; wait
+	.venv-t5/bin/python tests/zoo.py --table .zoo/t4-*.json .zoo/t5-*.json --docs docs/status.md
 
 demo: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python tests/demo.py

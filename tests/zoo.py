@@ -1,10 +1,11 @@
-"""The zoo: every model type of transformers' own causal-LM auto mapping, made tiny from its config class,
-kept where PyTorch itself can `generate` with it, exported by the real `optimum-cli export onnx --dynamo` and
-run through `ORTModelForCausalLM` against PyTorch (left-padded batch of 2: greedy tokens identical, first-step
-logits within 1e-4 on real positions). Every step runs in a child process; one row per model type.
+"""The zoo: every model type of one of transformers' own auto mappings (causal LM, seq2seq, speech
+seq2seq), made tiny from its config class, kept where PyTorch itself can `generate` with it, exported by the
+real `optimum-cli export onnx --dynamo` and run through optimum's runtime class against PyTorch (a batch of 2,
+text rows left-padded: greedy tokens identical, logits within 1e-4 on real positions).
+Every step runs in a child process; one row per model type.
 
-    python tests/zoo.py --json t5.json [--only TYPE ...] [--unlisted]        # run (hours for the whole mapping)
-    python tests/zoo.py --table t4.json t5.json [--docs docs/status.md]      # the table (into the docs' zoo section)
+    python tests/zoo.py --json t5.json [--kind causal|seq2seq|speech] [--only TYPE ...] [--unlisted] [--merge]
+    python tests/zoo.py --table t4.json t5.json [--docs docs/status.md]      # the tables (into the docs' zoo section)
 
 `make zoo` runs both environments and rewrites the zoo section of docs/status.md.
 """
@@ -18,16 +19,35 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MAPPING = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
-TASK = "text-generation-with-past"
 ATOL = 1e-4
 NEW_TOKENS = 8
 EXPORT_TIMEOUT = 600  # s; the table reports the wall time of every export
 PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog"]
 BEGIN, END = "<!-- zoo:begin -->", "<!-- zoo:end -->"  # docs/status.md's generated section
+
+
+
+@dataclass(frozen=True)
+class Kind:
+    mapping: str  # transformers.models.auto.modeling_auto.<mapping>
+    task: str
+    auto: str  # the PyTorch auto class
+    runtime: str  # optimum's runtime class
+    title: str
+
+
+KINDS = {
+    "causal": Kind("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "text-generation-with-past", "AutoModelForCausalLM",
+                   "ORTModelForCausalLM", "Causal LM"),
+    "seq2seq": Kind("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "text2text-generation-with-past",
+                    "AutoModelForSeq2SeqLM", "ORTModelForSeq2SeqLM", "Seq2seq LM"),
+    "speech": Kind("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "automatic-speech-recognition-with-past",
+                   "AutoModelForSpeechSeq2Seq", "ORTModelForSpeechSeq2Seq", "Speech seq2seq"),
+}
 
 # Generic shrinking: each attribute the model type's default config has is set to a tiny value (through its
 # constructor, so derived fields such as per-layer type lists follow). Names differ between families.
@@ -43,6 +63,9 @@ TINY = dict(
     linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, block_ff_dim=64,
     sliding_window=64, attention_window_size=64, max_seq_len=128, seq_length=128,
     use_mambapy=False, use_mamba_kernels=False,
+    encoder_layers=2, decoder_layers=2, num_decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_ffn_dim=64, decoder_ffn_dim=64, d_kv=8, num_mel_bins=16, max_source_positions=32,
+    max_target_positions=64,
 )
 # Per model type, only where the generic shrink cannot work, each with its reason.
 OVERRIDES: dict[str, tuple[dict, str]] = {
@@ -66,20 +89,22 @@ def _versions() -> dict:
     return found
 
 
-def population() -> list[str]:
+def population(kind: str = "causal") -> list[str]:
     from transformers.models.auto import modeling_auto
 
-    return sorted(getattr(modeling_auto, MAPPING))
+    return sorted(getattr(modeling_auto, KINDS[kind].mapping))
 
 
-def listed() -> set[str]:
-    """The model types tests/test_decoder_sweep.py names (checked on every run of the suite)."""
+def listed(kind: str = "causal") -> set[str]:
+    """The model types the suite names for this kind (checked on every run of it)."""
     import ast
 
-    tree = ast.parse((HERE / "test_decoder_sweep.py").read_text())
+    source, lists = {"causal": ("test_decoder_sweep.py", ("COMMON", "T5_ONLY", "RECURRENT")),
+                     "seq2seq": ("test_seq2seq_cli.py", ("MODELS",)), "speech": ("test_seq2seq_cli.py", ())}[kind]
+    tree = ast.parse((HERE / source).read_text())
     names = set()
     for node in tree.body:
-        if isinstance(node, ast.Assign) and node.targets[0].id in ("COMMON", "T5_ONLY", "RECURRENT"):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in lists:
             names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)
                       and c.value not in ("common", "t5")}
     return names
@@ -117,6 +142,11 @@ def tiny_config(model_type: str):
         kwargs.update(_layer_kinds(default, own, kwargs.get("num_hidden_layers", 2)))
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
     config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
+    vocab = getattr(config, "vocab_size", None) or TINY["vocab_size"]
+    for name in ("decoder_start_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "forced_bos_token_id",
+                 "forced_eos_token_id", "decoder_bos_token_id"):  # ids of the full vocabulary, out of the tiny one
+        if isinstance(getattr(config, name, None), int) and getattr(config, name) >= vocab:
+            setattr(config, name, 1 if name in ("decoder_start_token_id", "decoder_bos_token_id") else 3)
     return config
 
 
@@ -125,10 +155,34 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
 
 
-def step_build(model_type: str, directory: Path) -> dict:
+def _inputs(kind: str, config, tokenizer) -> dict:
+    """A batch of 2: text rows left-padded; speech as log-mel-like features (2 x max_source_positions frames,
+    the shape the export synthesizes when a checkpoint has no feature extractor)."""
+    import torch
+
+    if kind != "speech":
+        batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+        return {k: batch[k] for k in ("input_ids", "attention_mask")}
+    bins = getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 16)
+    frames = 2 * (getattr(config, "max_source_positions", None) or 32)
+    return {"input_features": torch.randn(2, bins, frames, generator=torch.Generator().manual_seed(0)).clamp(-1, 1)}
+
+
+def _greedy_and_logits(kind: str, model, inputs: dict):
+    """Greedy tokens, and the logits of one forward pass: of the prompt (causal), of every generated position
+    (encoder-decoder: decoder_input_ids = the greedy tokens). No return_dict_in_generate: Whisper's generate on
+    transformers 5 then needs an EncoderDecoderCache, which optimum-onnx 0.1.0's runtime does not return."""
+    tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                            pad_token_id=0)
+    extra = {} if kind == "causal" else {"decoder_input_ids": tokens}
+    return tokens, model(**inputs, **extra).logits
+
+
+def step_build(kind: str, model_type: str, directory: Path) -> dict:
     """Child: the tiny checkpoint, and PyTorch's own greedy run (the population test) as the reference."""
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    import transformers
+    from transformers import GenerationConfig
 
     sys.path.insert(0, str(HERE))
     from tiny import tiny_tokenizer
@@ -136,15 +190,14 @@ def step_build(model_type: str, directory: Path) -> dict:
     try:
         config = tiny_config(model_type)
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config).eval()
-        model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        model = getattr(transformers, KINDS[kind].auto).from_config(config).eval()
+        start = getattr(config, "decoder_start_token_id", None)
+        model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                                   decoder_start_token_id=1 if start is None else start)
         tokenizer = tiny_tokenizer(128)
-        batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        inputs = _inputs(kind, config, tokenizer)
         with torch.no_grad():
-            logits = model(**inputs).logits
-            tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                    pad_token_id=0)
+            tokens, logits = _greedy_and_logits(kind, model, inputs)
         model.save_pretrained(directory / "checkpoint")
         tokenizer.save_pretrained(directory / "checkpoint")
     except Exception as e:  # PyTorch cannot run it: outside the population
@@ -153,26 +206,25 @@ def step_build(model_type: str, directory: Path) -> dict:
     return {"viable": True}
 
 
-def step_check(directory: Path) -> dict:
-    """Child: the export through ORTModelForCausalLM against the reference."""
+def step_check(kind: str, directory: Path) -> dict:
+    """Child: the export through optimum's runtime class against the reference: greedy tokens, then the
+    logits on real positions (the prompt's for a causal LM, the generated ones for an encoder-decoder)."""
+    import optimum.onnxruntime
     import torch
-    from optimum.onnxruntime import ORTModelForCausalLM
 
     reference = torch.load(directory / "reference.pt")
     inputs = reference["inputs"]
     try:
-        model = ORTModelForCausalLM.from_pretrained(directory / "onnx")
-        logits = model(**inputs).logits
-        keep = inputs["attention_mask"].bool()
+        model = getattr(optimum.onnxruntime, KINDS[kind].runtime).from_pretrained(directory / "onnx")
+        tokens, logits = _greedy_and_logits(kind, model, inputs)
+        keep = inputs["attention_mask"].bool() if kind == "causal" else slice(None)
         diff = (logits[keep] - reference["logits"][keep]).abs().max().item()
-        tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                pad_token_id=0)
     except Exception as e:
         return {"ok": False, "reason": f"runtime: {_one_line(e)}"}
     if not torch.equal(tokens, reference["tokens"]):
-        return {"ok": False, "reason": f"greedy tokens differ (first-step logits within {diff:.1e})", "max_abs": diff}
+        return {"ok": False, "reason": f"greedy tokens differ (logits within {diff:.1e})", "max_abs": diff}
     if not diff < ATOL:
-        return {"ok": False, "reason": f"first-step logits differ by {diff:.1e}", "max_abs": diff}
+        return {"ok": False, "reason": f"logits differ by {diff:.1e}", "max_abs": diff}
     return {"ok": True, "max_abs": diff}
 
 
@@ -181,8 +233,9 @@ def _child(*args: str, timeout: int = 900) -> dict:
     lines = run.stdout.strip().splitlines()
     if run.returncode != 0 or not lines:
         lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
-        errors = [line for line in lines if "Error" in line] or lines[-1:] or [f"exit status {run.returncode}"]
-        return {"viable": False, "ok": False, "reason": f"child failed: {errors[-1][:200]}"}
+        errors = [line for line in lines if "Error" in line]
+        reason = errors[-1][:200] if errors else f"exit status {run.returncode}, no error line"
+        return {"viable": False, "ok": False, "reason": f"child failed: {reason}"}
     return json.loads(lines[-1])
 
 
@@ -194,18 +247,18 @@ def _cli_error(stderr: str) -> str:
     return (tail[-1] if tail else "no output")[:300]
 
 
-def run_one(model_type: str, root: Path) -> dict:
+def run_one(model_type: str, root: Path, kind: str = "causal") -> dict:
     """One row: viable?, then the export's outcome (dynamo / fallback / refused / fail) and its wall time."""
     directory = root / model_type
     directory.mkdir(parents=True, exist_ok=True)
-    row = {"model_type": model_type, **_child("--step", "build", model_type, str(directory))}
+    row = {"model_type": model_type, **_child("--step", "build", kind, model_type, str(directory))}
     if not row["viable"]:
         return row
     cli = Path(sys.executable).parent / "optimum-cli"
     start = time.perf_counter()
     try:
         export = subprocess.run([str(cli), "export", "onnx", "--dynamo", "--model", str(directory / "checkpoint"),
-                                 "--task", TASK, str(directory / "onnx")], capture_output=True, text=True,
+                                 "--task", KINDS[kind].task, str(directory / "onnx")], capture_output=True, text=True,
                                 timeout=EXPORT_TIMEOUT)
     except subprocess.TimeoutExpired:
         return {**row, "outcome": "fail", "reason": f"export over {EXPORT_TIMEOUT} s", "export_s": EXPORT_TIMEOUT}
@@ -213,7 +266,7 @@ def run_one(model_type: str, root: Path) -> dict:
     if export.returncode != 0:
         return {**row, "outcome": "refused", "reason": _cli_error(export.stderr)}
     manifest = json.loads((directory / "onnx" / "optimum_dynamo.json").read_text())
-    check = _child("--step", "check", str(directory))
+    check = _child("--step", "check", kind, str(directory))
     exporter = "fallback" if manifest["exporter"] == "torchscript-fallback" else "dynamo"
     row.update(outcome=exporter if check["ok"] else "fail", reason=check.get("reason", ""),
                max_abs=check.get("max_abs"))
@@ -222,22 +275,37 @@ def run_one(model_type: str, root: Path) -> dict:
     return row
 
 
-def run(types: list[str], out: Path, root: Path) -> None:
-    results = {"versions": _versions(), "date": time.strftime("%Y-%m-%d"), "mapping": MAPPING, "planned": types,
-               "rows": []}
+def run(types: list[str], out: Path, root: Path, kind: str = "causal", merge: bool = False) -> None:
+    """Rows into `out`; with `merge`, into the results already there (same mapping and versions): the rows of
+    these types are replaced, the others kept."""
+    results = {"versions": _versions(), "date": time.strftime("%Y-%m-%d"), "mapping": KINDS[kind].mapping,
+               "planned": types, "rows": []}
+    if merge and out.exists():
+        old = json.loads(out.read_text())
+        if (old["mapping"], old["versions"]) != (results["mapping"], results["versions"]):
+            raise SystemExit(f"{out}: results of another mapping or other versions, not merged")
+        results["planned"] = old["planned"] + [t for t in types if t not in old["planned"]]
+        results["rows"] = [r for r in old["rows"] if r["model_type"] not in types]
     for i, model_type in enumerate(types, 1):
-        row = run_one(model_type, root)
+        row = run_one(model_type, root, kind)
         results["rows"].append(row)
+        results["rows"].sort(key=lambda r: r["model_type"])
         print(f"[{i}/{len(types)}] {model_type}: {row.get('outcome', 'not viable')} {row.get('export_s', '')} "
               f"{row.get('reason', '')}", file=sys.stderr, flush=True)
         out.write_text(json.dumps(results, indent=1))  # partial results survive an interrupted run
 
 
+NO_CACHE = "returns no key/value cache"  # the one-line refusal of -with-past for a model that keeps none
+
+
 def summary(results: dict) -> dict:
     rows = [r for r in results["rows"] if r.get("viable")]
     count = lambda outcome: sum(r["outcome"] == outcome for r in rows)  # noqa: E731
+    no_cache = sum(r["outcome"] == "refused" and NO_CACHE in r.get("reason", "") for r in rows)
+    correct = count("dynamo") + count("fallback") + no_cache
     return {"types": len(results["rows"]), "viable": len(rows), "dynamo": count("dynamo"),
-            "fallback": count("fallback"), "refused": count("refused"), "fail": count("fail"),
+            "fallback": count("fallback"), "refused": count("refused"), "no_cache": no_cache, "fail": count("fail"),
+            "correct": correct, "percent": round(100 * correct / len(rows)) if rows else 0,
             "max_export_s": max((r.get("export_s") or 0 for r in rows), default=0)}
 
 
@@ -251,32 +319,43 @@ def _cell(row: dict | None, planned: bool) -> str:
     return f"{text}{f': {reason}' if row['outcome'] in ('refused', 'fail') else ''} ({row.get('export_s')} s)"
 
 
+def _summary_line(name: str, results: dict) -> str:
+    s, planned = summary(results), len(results.get("planned", ()))
+    return (f"- **{name}** ({results['date']}; optimum {results['versions']['optimum']}, optimum-onnx "
+            f"{results['versions']['optimum-onnx']}): {s['types']} model types, {s['viable']} viable in PyTorch; "
+            f"**{s['correct']} correct ({s['percent']}%)**: {s['dynamo']} pass with `--dynamo`, {s['fallback']} "
+            f"through the torchscript fallback, {s['no_cache']} `-with-past` refused because the model keeps no "
+            f"cache; {s['refused'] - s['no_cache']} other refusals, {s['fail']} fail; slowest export "
+            f"{s['max_export_s']} s" + (f"; {planned - s['types']} of the {planned} planned types not run yet"
+                                       if planned > s["types"] else ""))
+
+
 def table(paths: list[Path]) -> str:
+    """One section per auto mapping, one column per environment."""
     runs = [json.loads(p.read_text()) for p in paths]
-    names = [f"transformers {r['versions']['transformers']}" for r in runs]
     lines = []
-    for name, results in zip(names, runs):
-        s = summary(results)
-        lines.append(f"- **{name}** ({results['date']}; optimum {results['versions']['optimum']}, optimum-onnx "
-                     f"{results['versions']['optimum-onnx']}): {s['types']} model types, {s['viable']} viable in "
-                     f"PyTorch; {s['dynamo']} pass with `--dynamo`, {s['fallback']} through the torchscript "
-                     f"fallback, {s['refused']} refused with one line, {s['fail']} fail; slowest export "
-                     f"{s['max_export_s']} s" + (f"; {len(results['planned']) - s['types']} of the {len(results['planned'])} "
-                                        "planned types not run yet" if len(results.get("planned", ())) > s["types"]
-                                        else ""))
-    by_type = [{r["model_type"]: r for r in results["rows"]} for results in runs]
-    types = sorted(set().union(*by_type))
-    lines += ["", "| model type | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    planned = [set(results.get("planned", ())) for results in runs]
-    lines += [f"| {t} | " + " | ".join(_cell(rows.get(t), t in plan) for rows, plan in zip(by_type, planned)) + " |"
-              for t in types]
-    return "\n".join(lines)
+    for kind in KINDS.values():
+        group = [r for r in runs if r["mapping"] == kind.mapping]
+        if not group:
+            continue
+        names = [f"transformers {r['versions']['transformers']}" for r in group]
+        lines += [f"### {kind.title}: `{kind.mapping}`, `--task {kind.task}`, `{kind.runtime}`", ""]
+        lines += [_summary_line(name, results) for name, results in zip(names, group)]
+        by_type = [{r["model_type"]: r for r in results["rows"]} for results in group]
+        planned = [set(results.get("planned", ())) for results in group]
+        lines += ["", "| model type | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        lines += [f"| {t} | " + " | ".join(_cell(rows.get(t), t in plan) for rows, plan in zip(by_type, planned))
+                  + " |" for t in sorted(set().union(*by_type))]
+        lines.append("")
+    return "\n".join(lines).rstrip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--kind", choices=KINDS, default="causal", help="which auto mapping (default: causal)")
     parser.add_argument("--only", nargs="*", help="these model types only")
+    parser.add_argument("--merge", action="store_true", help="replace these types' rows in an existing --json")
     parser.add_argument("--unlisted", action="store_true",
                         help="only the types the decoder sweep (tests/test_decoder_sweep.py) does not name")
     parser.add_argument("--work", type=Path, default=None, help="checkpoints and exports (default: a temp dir)")
@@ -285,8 +364,8 @@ def main() -> None:
     parser.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
-        kind, *rest = args.step
-        result = step_build(rest[0], Path(rest[1])) if kind == "build" else step_check(Path(rest[0]))
+        step, kind, *rest = args.step
+        result = step_build(kind, rest[0], Path(rest[1])) if step == "build" else step_check(kind, Path(rest[0]))
         print(json.dumps(result))
         return
     if args.table:
@@ -301,11 +380,11 @@ def main() -> None:
     import tempfile
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    types = args.only or population()
+    types = args.only or population(args.kind)
     if args.unlisted:
-        types = [t for t in types if t not in listed()]
+        types = [t for t in types if t not in listed(args.kind)]
     with tempfile.TemporaryDirectory() as tmp:
-        run(types, args.json, args.work or Path(tmp))
+        run(types, args.json, args.work or Path(tmp), args.kind, args.merge)
 
 
 if __name__ == "__main__":
