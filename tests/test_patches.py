@@ -131,3 +131,32 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
             got, routing = block(hidden)
     assert torch.equal(routing, expected_routing)
     assert (got - expected).abs().max().item() < 1e-6
+
+
+@pytest.mark.parametrize("model_type", ["glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "phimoe", "dbrx", "aria_text",
+                                        "deepseek_v3"])
+def test_dense_experts_patches_keep_the_model_s_logits(model_type):
+    """Every transformers-4 dense-experts patch, on the whole tiny model of the zoo: the logits it gives
+    equal the routing loop's (the same routing, every expert weighted by it)."""
+    from transformers import AutoModelForCausalLM
+
+    import zoo
+    from optimum_dynamo.patches import transformers_moe
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    package = f"transformers.models.{model_type_to_module_name(model_type)}."
+    moe = [p for p in patches.active_patches() if p.replacement.__module__ == transformers_moe.__name__
+           and p.target.startswith(package)]
+    if not moe:
+        pytest.skip(f"no dense-experts patch for {model_type} with this transformers (>= 5: batched-matmul experts)")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(zoo.tiny_config(model_type)).eval()
+    moe = [p for p in moe if p.in_use()]
+    assert moe, "the model's own module holds the patched block"
+    ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(ids).logits
+        with patches.applied(moe):
+            got = model(ids).logits
+    assert (got - expected).abs().max().item() < 1e-5
