@@ -131,23 +131,54 @@ def _layer_kinds(default, own, layers: int) -> dict:
     return extra
 
 
-def tiny_config(model_type: str):
-    from transformers import AutoConfig
-
-    default = AutoConfig.for_model(model_type)
+def _shrunk(default, layers_from_overrides: bool) -> dict:
     own = inspect.signature(type(default).__init__).parameters  # not the generation defaults of old configs (top_k)
     kwargs = {k: v for k, v in TINY.items() if k in own}
-    extra, _ = OVERRIDES.get(model_type, ({}, ""))
-    if "num_hidden_layers" not in extra:  # an override that sets the depth sets the pattern too
+    if not layers_from_overrides:  # an override that sets the depth sets the pattern too
         kwargs.update(_layer_kinds(default, own, kwargs.get("num_hidden_layers", 2)))
+    return kwargs
+
+
+def _shrunk_sub_config(sub) -> dict:
+    """A composite model's sub-config (text, vision, audio) shrunk the same way, as the dict its parent's
+    constructor takes; per-layer lists of the default depth are left for the constructor to derive."""
+    depth = getattr(sub, "num_hidden_layers", None)
+    kept = {k: v for k, v in sub.to_dict().items() if not (isinstance(v, list) and depth and len(v) == depth)}
+    shrunk = type(sub)(**{**kept, **_shrunk(sub, False)})
+    if hasattr(shrunk, "vocab_size"):
+        _small_token_ids(shrunk)
+    return shrunk.to_dict()
+
+
+def tiny_config(model_type: str):
+    """The model type's default config, shrunk generically, its sub-configs too."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    default = AutoConfig.for_model(model_type)
+    extra, _ = OVERRIDES.get(model_type, ({}, ""))
+    kwargs = _shrunk(default, "num_hidden_layers" in extra)
+    for name in getattr(type(default), "sub_configs", {}):
+        if isinstance(getattr(default, name, None), PretrainedConfig) and name not in extra:
+            kwargs[name] = _shrunk_sub_config(getattr(default, name))
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
-    config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
-    vocab = getattr(config, "vocab_size", None) or TINY["vocab_size"]
-    for name in ("decoder_start_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "forced_bos_token_id",
-                 "forced_eos_token_id", "decoder_bos_token_id"):  # ids of the full vocabulary, out of the tiny one
-        if isinstance(getattr(config, name, None), int) and getattr(config, name) >= vocab:
-            setattr(config, name, 1 if name in ("decoder_start_token_id", "decoder_bos_token_id") else 3)
+    _small_token_ids(config)
     return config
+
+
+def _small_token_ids(config) -> None:
+    """Token ids of the full vocabulary brought into the tiny one: pad / bos / eos = 0 / 1 / 2 (a decoder's
+    start = bos), any other (image, separator, mask...) to distinct ids from the top, which the prompts
+    do not use."""
+    config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
+    top = TINY["vocab_size"] - 1
+    for name in sorted(vars(config)):
+        value = getattr(config, name)
+        if name in ("decoder_start_token_id", "decoder_bos_token_id") and isinstance(value, int):
+            setattr(config, name, 1)
+        elif (name.endswith(("_token_id", "_token_index")) and isinstance(value, int)
+              and value >= TINY["vocab_size"]):
+            setattr(config, name, top)
+            top -= 1
 
 
 def _one_line(error: BaseException) -> str:
@@ -187,17 +218,19 @@ def step_build(kind: str, model_type: str, directory: Path) -> dict:
     sys.path.insert(0, str(HERE))
     from tiny import tiny_tokenizer
 
-    try:
-        config = tiny_config(model_type)
+    def build(config):
         torch.manual_seed(0)
         model = getattr(transformers, KINDS[kind].auto).from_config(config).eval()
         start = getattr(config, "decoder_start_token_id", None)
         model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                                    decoder_start_token_id=1 if start is None else start)
-        tokenizer = tiny_tokenizer(128)
         inputs = _inputs(kind, config, tokenizer)
         with torch.no_grad():
-            tokens, logits = _greedy_and_logits(kind, model, inputs)
+            return model, inputs, *_greedy_and_logits(kind, model, inputs)
+
+    tokenizer = tiny_tokenizer(TINY["vocab_size"])
+    try:
+        model, inputs, tokens, logits = build(tiny_config(model_type))
         model.save_pretrained(directory / "checkpoint")
         tokenizer.save_pretrained(directory / "checkpoint")
     except Exception as e:  # PyTorch cannot run it: outside the population

@@ -102,6 +102,24 @@ def flatten_falcon_mamba(cache):
     return _mamba_leaves(cache)
 
 
+# transformers 4 Mamba2: one stacked tensor per kind, [layers, batch, ...]; one leaf per layer.
+def rebuild_mamba2(cls, context, tensors):
+    scalars, layers = context
+    cache = cls.__new__(cls)
+    for name, (kind, value) in scalars:
+        setattr(cache, name, _unscalar(kind, value))
+    cache.conv_states, cache.ssm_states = torch.stack(tensors[0::2]), torch.stack(tensors[1::2])
+    return cache
+
+
+@register_cache("transformers.models.mamba2.modeling_mamba2.Mamba2Cache", unflatten=rebuild_mamba2)
+def flatten_mamba2(cache):
+    layers = cache.conv_states.shape[0]
+    names = [f"{i}.{part}" for i in range(layers) for part in (CONV, RECURRENT)]
+    tensors = [t for pair in zip(cache.conv_states.unbind(0), cache.ssm_states.unbind(0)) for t in pair]
+    return names, tensors, (_scalars(cache, {"conv_states", "ssm_states"}), layers)
+
+
 # transformers 4 hybrids (Jamba, Zamba, Qwen3-Next): per-layer lists, attention layers in
 # `key_cache`/`value_cache`, state layers in `conv_states` and `ssm_states` (Qwen3-Next:
 # `recurrent_states`); the other slots hold placeholders (`[batch, 0]` tensors, or None), which are
@@ -122,6 +140,11 @@ def _scalar(value):
     if isinstance(value, (str, int, float, bool)) or value is None:
         return ("value", value)
     return None
+
+
+def _scalars(cache, skip) -> tuple:
+    return tuple((name, scalar) for name, value in sorted(vars(cache).items())
+                 if name not in skip and (scalar := _scalar(value)) is not None)
 
 
 def _unscalar(kind, value):
@@ -163,17 +186,20 @@ def _list_leaves(cache, lists):
                 names.append(f"{i}.{leaf}")
                 tensors.append(t)
         slots.append(tuple(layer))
-    skip = {attr for attr, _ in lists}
-    scalars = tuple(
-        (name, scalar) for name, value in sorted(vars(cache).items())
-        if name not in skip and (scalar := _scalar(value)) is not None
-    )
-    return names, tensors, (scalars, tuple(slots))
+    return names, tensors, (_scalars(cache, {attr for attr, _ in lists}), tuple(slots))
 
 
 @register_cache("transformers.models.jamba.modeling_jamba.HybridMambaAttentionDynamicCache",
                 unflatten=_rebuild_lists(_MAMBA_LISTS))
 def flatten_jamba(cache):
+    return _list_leaves(cache, _MAMBA_LISTS)
+
+
+@register_cache("transformers.models.bamba.modeling_bamba.HybridMambaAttentionDynamicCache",
+                unflatten=_rebuild_lists(_MAMBA_LISTS))
+@register_cache("transformers.models.granitemoehybrid.modeling_granitemoehybrid.HybridMambaAttentionDynamicCache",
+                unflatten=_rebuild_lists(_MAMBA_LISTS))
+def flatten_bamba(cache):
     return _list_leaves(cache, _MAMBA_LISTS)
 
 
@@ -186,6 +212,37 @@ def flatten_zamba(cache):
                 unflatten=_rebuild_lists(_LINEAR_LISTS))
 def flatten_qwen3_next(cache):
     return _list_leaves(cache, _LINEAR_LISTS)
+
+
+# transformers 4 Falcon-H1: every layer is both (attention and mamba side by side): `conv_states` /
+# `ssm_states` dicts by layer, `key_cache` / `value_cache` lists grown by `update` (empty before the prefill).
+def rebuild_falcon_h1(cls, context, tensors):
+    scalars, layers, with_kv = context
+    cache = cls.__new__(cls)
+    for name, (kind, value) in scalars:
+        setattr(cache, name, _unscalar(kind, value))
+    leaves = iter(tensors)
+    cache.key_cache, cache.value_cache, cache.conv_states, cache.ssm_states = [], [], {}, {}
+    for i in range(layers):
+        if i < with_kv:
+            cache.key_cache.append(next(leaves))
+            cache.value_cache.append(next(leaves))
+        cache.conv_states[i], cache.ssm_states[i] = next(leaves), next(leaves)
+    return cache
+
+
+@register_cache("transformers.models.falcon_h1.modeling_falcon_h1.FalconHybridMambaAttentionDynamicCache",
+                unflatten=rebuild_falcon_h1)
+def flatten_falcon_h1(cache):
+    names, tensors, with_kv = [], [], len(cache.key_cache)
+    for i in range(len(cache.conv_states)):
+        if i < with_kv:
+            names += [f"{i}.key", f"{i}.value"]
+            tensors += [cache.key_cache[i], cache.value_cache[i]]
+        names += [f"{i}.{CONV}", f"{i}.{RECURRENT}"]
+        tensors += [cache.conv_states[i], cache.ssm_states[i]]
+    skip = {"key_cache", "value_cache", "conv_states", "ssm_states"}
+    return names, tensors, (_scalars(cache, skip), len(cache.conv_states), with_kv)
 
 
 # transformers 4 LFM2: `conv_cache` for every layer (attention layers' stay zero and unused, not leaves),
@@ -232,9 +289,4 @@ def flatten_lfm2(cache):
             names.append(f"{i}.{CONV}")
             tensors.append(cache.conv_cache[i])
             slots.append(("conv", has_kv if in_kv else None))
-    skip = {"conv_cache", "key_cache", "value_cache"}
-    scalars = tuple(
-        (name, scalar) for name, value in sorted(vars(cache).items())
-        if name not in skip and (scalar := _scalar(value)) is not None
-    )
-    return names, tensors, (scalars, tuple(slots))
+    return names, tensors, (_scalars(cache, {"conv_cache", "key_cache", "value_cache"}), tuple(slots))

@@ -2,10 +2,7 @@
 
 - The sparse MoE block visits only the experts hit: every expert runs on every token, weighted by the
   routing matrix (as for Mixtral, see transformers_moe.py; Jamba does not renormalize the top-k).
-- `_update_mamba_mask` drops the padding mask when `cache_position[0] > 0` or the mask is all ones
-  (both data-dependent); the patch keeps the mask's columns of the current tokens, which is the same
-  product for every call `generate` makes, and masks a left-padding token stepped alone (the exported
-  graph takes the prompt one token per call, see docs/caches.md)."""
+- its `_update_mamba_mask` is patched with the other hybrids' (transformers_recurrent_mask.py)."""
 
 import torch
 
@@ -22,12 +19,6 @@ def dense_jamba_moe(self, hidden_states):
     flat = hidden_states.reshape(-1, hidden)
     logits = self.router(flat)
     return dense_experts(self, flat, logits, False).reshape(batch, length, hidden), logits
-
-
-@register_patch("transformers.models.jamba.modeling_jamba.JambaModel._update_mamba_mask", versions=_V4,
-                reason="data-dependent mask skipping -> the current tokens' mask columns")
-def jamba_mamba_mask(self, attention_mask, cache_position):
-    return None if attention_mask is None else attention_mask[:, -cache_position.shape[0] :]
 
 
 @register_patch("transformers.models.jamba.modeling_jamba.JambaModel._update_causal_mask", versions=_V4,

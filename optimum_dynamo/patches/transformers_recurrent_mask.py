@@ -1,10 +1,14 @@
-"""Padding mask of state (mamba / linear-attention / conv) layers in hybrid models, transformers 5.
+"""Padding mask of state (mamba / linear-attention / conv) layers in hybrid models.
 
 `create_recurrent_attention_mask` drops the mask of single-token steps ("a generated token is never
 padding"). An exported hybrid advances its states one token per call, the prompt included (see
 docs/caches.md, "State caches"), so a left-padding token arrives alone too and must still be masked
 out of the state. The patch keeps the mask's last column on single-token steps: 1 for every token
-`generate` decodes (a no-op there), 0 for padding. Applied while capturing and exporting."""
+`generate` decodes (a no-op there), 0 for padding. Applied while capturing and exporting.
+
+transformers 4 has one method per hybrid model instead, which drops the mask when `cache_position[0] > 0`
+or the mask is all ones (both data-dependent: torch.export cannot branch on them); the patch keeps the
+mask's columns of the current tokens, the same product for every call `generate` makes."""
 
 from .registry import register_patch
 
@@ -22,3 +26,20 @@ def _last_columns(attention_mask, inputs_embeds):
                 where_imported=True)  # every model module imports it by name (90 in 5.23)
 def recurrent_mask_of_new_tokens(config, inputs_embeds, attention_mask, past_key_values=None, **kwargs):
     return _last_columns(attention_mask, inputs_embeds)
+
+
+_V4 = {"transformers": ">=4.51,<5"}
+_V4_REASON = "data-dependent mask skipping -> the current tokens' mask columns"
+_V4_TARGETS = [f"transformers.models.{m}.{cls}._update_mamba_mask" for m, cls in (
+    ("jamba.modeling_jamba", "JambaModel"), ("bamba.modeling_bamba", "BambaModel"),
+    ("falcon_h1.modeling_falcon_h1", "FalconH1Model"),
+    ("granitemoehybrid.modeling_granitemoehybrid", "GraniteMoeHybridModel"))]
+_V4_TARGETS.append("transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextModel._update_linear_attn_mask")
+
+
+def recurrent_mask_of_current_tokens(self, attention_mask, cache_position):
+    return None if attention_mask is None else attention_mask[:, -cache_position.shape[0] :]
+
+
+for _target in _V4_TARGETS:
+    register_patch(_target, versions=_V4, reason=_V4_REASON)(recurrent_mask_of_current_tokens)
