@@ -54,10 +54,19 @@ def zero_state(model, batch: int):
     cache = getattr(model.forward(input_ids=ids, use_cache=True), cache_kwarg(model))
     own = own_state_cache(model)
     if cache is None and own is not None:  # transformers 4 Jamba/Zamba return no cache unless given one
-        cache = model.forward(input_ids=ids, use_cache=True, past_key_values=own(model.config, batch, dtype=model.dtype)).past_key_values
+        cache = model.forward(input_ids=ids, use_cache=True, past_key_values=_new_cache(own, model, batch)).past_key_values
     names, tensors, context = flatten_cache(cache)
     empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
     return unflatten_cache(type(cache), context, empty)
+
+
+def _new_cache(cls, model, batch: int):
+    """A transformers 4 hybrid cache for `batch` rows; Falcon-H1's takes one device per layer."""
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    extra = {"devices": [model.device] * model.config.num_hidden_layers} if "devices" in params else {}
+    return cls(model.config, batch, dtype=model.dtype, **extra)
 
 
 def _full_mask(cache) -> bool:
