@@ -49,3 +49,21 @@ def test_the_advised_task_exports_a_graph_the_runtime_runs(tmp_path):
     assert not ort_model.can_use_cache
     assert_causal_lm_parity(ort_model, AutoModelForCausalLM.from_pretrained(ckpt).eval(),
                             padded_batch(AutoTokenizer.from_pretrained(out)))
+
+
+def test_a_model_whose_forward_takes_no_cache_is_refused_in_the_same_words(tmp_path):
+    """openai-gpt's forward has no cache argument at all: refused before `generate` would say it in its own
+    words (`model_kwargs are not used by the model: ['past_key_values']`)."""
+    import zoo
+    from tiny import tiny_tokenizer
+
+    ckpt, out = tmp_path / "openai-gpt", tmp_path / "out"
+    AutoModelForCausalLM.from_config(zoo.tiny_config("openai-gpt")).save_pretrained(ckpt)
+    tiny_tokenizer(128).save_pretrained(ckpt)
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", "text-generation-with-past", out)
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert run.returncode == 1 and errors == [
+        "optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: openai-gpt returns no key/value "
+        "cache from generate, so there is none for --task text-generation-with-past to carry; export with --task "
+        "text-generation); no fallback: no torchscript OnnxConfig for openai-gpt/text-generation-with-past"]
+    assert not out.exists()

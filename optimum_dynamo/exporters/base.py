@@ -161,6 +161,8 @@ class Exporter:
     def components(self, ctx: ExportContext) -> list[Component]:
         """One graph of the whole model, observed while the task's driver runs it."""
         cached = ctx.task.with_past or ctx.task.base != "text-generation"
+        if ctx.task.with_past and ctx.task.base == "text-generation":
+            check_takes_cache(ctx.model, ctx.config.model_type, ctx.task.name)
         with forward_adapter(ctx.model, ctx.options.model_kwargs), generation_cache(ctx.model, cached), \
                 InputObserver(ctx.model, "model") as obs:
             ctx.task.spec.driver(ctx.model, ctx.tokenizer)
@@ -207,6 +209,18 @@ class Exporter:
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
 
 
+def _no_cache(model_type: str, task: str) -> PipelineError:
+    return PipelineError(f"{model_type} returns no key/value cache from generate, so there is none for --task {task} "
+                         "to carry; export with --task text-generation")
+
+
+def check_takes_cache(model, model_type: str, task: str) -> None:
+    """A -with-past decoder whose forward takes no cache at all (openai-gpt, xlm, ...): refused before
+    `generate` would refuse it in its own words."""
+    if not {"past_key_values", "cache_params", "past", "mems"} & set(inspect.signature(model.forward).parameters):
+        raise _no_cache(model_type, task)
+
+
 def check_cache_returned(calls, model_type: str, task: str) -> None:
     """A -with-past decoder must return a cache this package can flatten (to `present.*`, or a legacy tuple of
     layers) from some captured call; else PipelineError naming why: no cache at all, or a cache class that no
@@ -224,8 +238,7 @@ def check_cache_returned(calls, model_type: str, task: str) -> None:
     if unregistered:
         raise PipelineError(f"{model_type}: no cache flattening is registered for {unregistered} "
                             "(optimum_dynamo.flatten)")
-    raise PipelineError(f"{model_type} returns no key/value cache from generate, so there is none for --task {task} "
-                        "to carry; export with --task text-generation")
+    raise _no_cache(model_type, task)
 
 
 def release_weights(ctx: ExportContext) -> None:
