@@ -88,6 +88,21 @@ def default_positions(model, recorded: dict) -> str | None:
     return "mask" if Version(transformers.__version__) < Version("5") else None  # 5 counts 0.. like the runtime
 
 
+_TEXT_SIZES = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim")
+
+
+def lift_text_sizes(config) -> None:
+    """A multimodal checkpoint exported as a causal LM (got_ocr2, fuyu, ...) keeps its sizes in the text
+    sub-config; optimum's runtime reads them from the top (hidden_size // num_attention_heads): copy the
+    missing ones onto the loaded config object (not saved; the graph's own shapes then correct them)."""
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    if text is None or text is config:
+        return
+    for name in _TEXT_SIZES:
+        if not hasattr(config, name) and getattr(text, name, None) is not None:
+            setattr(config, name, getattr(text, name))
+
+
 def _past_length(past_key_values) -> int:
     return past_key_values[0][1].shape[-2] if past_key_values is not None else 0
 
@@ -107,6 +122,7 @@ def _patch(module) -> None:
             super(cls, self).__init__(*args, **kwargs)  # optimum's ORTModel; its key/value sizes do not apply
             ort_states.adopt(self, generation_config)
             return
+        lift_text_sizes(kwargs.get("config", args[0] if args else None))
         init(self, *args, **kwargs)
         _fix(self)
         recorded = self.session.get_modelmeta().custom_metadata_map
