@@ -133,30 +133,34 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
     assert (got - expected).abs().max().item() < 1e-6
 
 
-@pytest.mark.parametrize("model_type", ["glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "phimoe", "dbrx", "aria_text",
-                                        "deepseek_v3"])
-def test_dense_experts_patches_keep_the_model_s_logits(model_type):
-    """Every transformers-4 dense-experts patch, on the whole tiny model of the zoo: the logits it gives
-    equal the routing loop's (the same routing, every expert weighted by it)."""
+@pytest.mark.parametrize("model_type, module", [
+    *[(m, "transformers_moe") for m in ("glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "phimoe", "dbrx", "aria_text",
+                                        "deepseek_v3")],
+    ("llama4_text", "transformers_complex_rope"),
+])
+def test_patches_keep_the_model_s_logits(model_type, module):
+    """Patches that rewrite a model's arithmetic for export (dense experts under each block's own routing on
+    transformers 4; Llama 4's complex rotary embedding as real pairs), on the whole tiny model of the zoo:
+    the logits equal the unpatched model's."""
+    import importlib
+
     from transformers import AutoModelForCausalLM
-
-    import zoo
-    from optimum_dynamo.patches import transformers_moe
-
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
+    import zoo
+
+    name = importlib.import_module(f"optimum_dynamo.patches.{module}").__name__
     package = f"transformers.models.{model_type_to_module_name(model_type)}."
-    moe = [p for p in patches.active_patches() if p.replacement.__module__ == transformers_moe.__name__
-           and p.target.startswith(package)]
-    if not moe:
-        pytest.skip(f"no dense-experts patch for {model_type} with this transformers (>= 5: batched-matmul experts)")
+    chosen = [p for p in patches.active_patches() if p.replacement.__module__ == name and p.target.startswith(package)]
+    if not chosen:
+        pytest.skip(f"no {module} patch for {model_type} with this transformers (>= 5: batched-matmul experts)")
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(zoo.tiny_config(model_type)).eval()
-    moe = [p for p in moe if p.in_use()]
-    assert moe, "the model's own module holds the patched block"
+    chosen = [p for p in chosen if p.in_use()]
+    assert chosen, "the model's own module holds the patched code"
     ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = model(ids).logits
-        with patches.applied(moe):
+        with patches.applied(chosen):
             got = model(ids).logits
     assert (got - expected).abs().max().item() < 1e-5

@@ -11,7 +11,8 @@ SUBSET = {
     "bitnet": "dynamo",
     "blenderbot-small": "dynamo",
     "glm4_moe": "dynamo",
-    "got_ocr2": "dynamo",  # multimodal, text sizes in its text sub-config: ORTModelForCausalLM reads them on top  # transformers 4: its expert loop guards on data (dense-experts patch)
+    "got_ocr2": "dynamo",
+    "llama4_text": "dynamo",  # its rotary embedding is complex: real pairs during export  # multimodal, text sizes in its text sub-config: ORTModelForCausalLM reads them on top  # transformers 4: its expert loop guards on data (dense-experts patch)
     "afmoe": "refused",  # transformers 5: its graph differs from PyTorch by 0.095 on logits: never written
 }
 

@@ -139,12 +139,16 @@ def _shrunk(default, layers_from_overrides: bool) -> dict:
     return kwargs
 
 
-def _shrunk_sub_config(sub) -> dict:
+def _shrunk_sub_config(sub) -> dict | None:
     """A composite model's sub-config (text, vision, audio) shrunk the same way, as the dict its parent's
-    constructor takes; per-layer lists of the default depth are left for the constructor to derive."""
+    constructor takes (per-layer lists of the default depth left for the constructor to derive); None where
+    its class takes no such dict (dbrx's sub-configs refuse their own serialized keys): left as it is."""
     depth = getattr(sub, "num_hidden_layers", None)
     kept = {k: v for k, v in sub.to_dict().items() if not (isinstance(v, list) and depth and len(v) == depth)}
-    shrunk = type(sub)(**{**kept, **_shrunk(sub, False)})
+    try:
+        shrunk = type(sub)(**{**kept, **_shrunk(sub, False)})
+    except Exception:
+        return None
     if hasattr(shrunk, "vocab_size"):
         _small_token_ids(shrunk)
     return shrunk.to_dict()
@@ -159,7 +163,8 @@ def tiny_config(model_type: str):
     kwargs = _shrunk(default, "num_hidden_layers" in extra)
     for name in getattr(type(default), "sub_configs", {}):
         if isinstance(getattr(default, name, None), PretrainedConfig) and name not in extra:
-            kwargs[name] = _shrunk_sub_config(getattr(default, name))
+            if (sub := _shrunk_sub_config(getattr(default, name))) is not None:
+                kwargs[name] = sub
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
     _small_token_ids(config)
     return config

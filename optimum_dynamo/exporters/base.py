@@ -270,9 +270,25 @@ def _plain_buffers(model) -> None:
 
 def _load_model(auto_class, model_id: str, config, kwargs: dict):
     """transformers >= 5 runs MoE experts as grouped matmuls by default, a custom op ONNX cannot translate:
-    ask for batched matmuls (models without experts refuse the option and load as they are)."""
+    ask for batched matmuls (models without experts refuse the option and load as they are).
+    A config class the auto class does not map (transformers saves emu3's and mllama's causal LM with their
+    text config, which AutoModelForCausalLM then refuses) loads with the class the checkpoint names in
+    `architectures`."""
+    import transformers
+
+    try:
+        return _load_with(auto_class, model_id, config, kwargs)
+    except ValueError as e:
+        named = [getattr(transformers, n) for n in getattr(config, "architectures", None) or () if hasattr(transformers, n)]
+        if "Unrecognized configuration class" not in str(e) or not named:
+            raise
+        return _load_with(named[0], model_id, config, kwargs)
+
+
+def _load_with(cls, model_id: str, config, kwargs: dict):
     from transformers import PreTrainedModel
 
+    auto_class = cls
     if hasattr(PreTrainedModel, "_check_and_adjust_experts_implementation"):
         try:
             return auto_class.from_pretrained(model_id, config=config, experts_implementation="batched_mm", **kwargs).eval()

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (register their patches)
     transformers_attention,
+    transformers_complex_rope,
     transformers_gqa,
     transformers_jamba,
     transformers_mamba,
