@@ -181,3 +181,20 @@ def test_export_with_a_static_cache_input_matches_eager():
     # the program writes the new keys/values (and 5.x's write position) into the cache it is given
     for a, b in zip(flatten.flatten_cache(exported_cache)[1], flatten.flatten_cache(eager_cache)[1]):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@needs_layers
+def test_minimax_cache():
+    """MiniMax: a DynamicCache for its attention layers plus one lightning-attention state per linear layer;
+    leaves in layer order."""
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache
+
+    cache = MiniMaxCache()
+    for step in range(2):
+        cache.set_linear_cache(0, torch.randn(2, 4, HEAD, HEAD))
+        cache.update(torch.randn(2, 2, 3 - 2 * step, HEAD), torch.randn(2, 2, 3 - 2 * step, HEAD), 1,
+                     {"cache_position": torch.arange(3 * step, 3 + step)})
+        cache.set_linear_cache(2, torch.randn(2, 4, HEAD, HEAD))
+    rebuilt = _round_trip(cache, ["0.recurrent_state", "1.key", "1.value", "2.recurrent_state"])
+    assert [torch.equal(a, b) for a, b in zip(rebuilt.linear_cache[::2], cache.linear_cache[::2])] == [True, True]
+    assert rebuilt.linear_cache[1] == []
