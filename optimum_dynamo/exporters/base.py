@@ -215,9 +215,9 @@ def _no_cache(model_type: str, task: str) -> PipelineError:
 
 
 def check_takes_cache(model, model_type: str, task: str) -> None:
-    """A -with-past decoder whose forward takes no cache at all (openai-gpt, xlm, ...): refused before
+    """A -with-past decoder whose forward takes no cache at all (openai-gpt, xlm; rwkv keeps its `state`): refused before
     `generate` would refuse it in its own words."""
-    if not {"past_key_values", "cache_params", "past", "mems"} & set(inspect.signature(model.forward).parameters):
+    if not {"past_key_values", "cache_params", "past", "mems", "state"} & set(inspect.signature(model.forward).parameters):
         raise _no_cache(model_type, task)
 
 
