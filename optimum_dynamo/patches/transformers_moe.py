@@ -137,7 +137,7 @@ def dense_aria_grouped_gemm(self, input, tokens_per_expert):
     # rows arrive sorted by expert, `tokens_per_expert` of each: each row's expert is where its index falls
     # among the cumulative counts; every expert's product is computed and the row's own is picked
     rows = torch.arange(input.shape[0], device=input.device)
-    expert_of_row = torch.searchsorted(torch.cumsum(tokens_per_expert, 0), rows, right=True)
-    products = torch.einsum("ti,eio->teo", input, self.weight)
-    index = expert_of_row.clamp(max=self.groups - 1)[:, None, None].expand(-1, 1, self.out_features)
-    return products.gather(1, index).squeeze(1)
+    expert_of_row = (rows[:, None] >= torch.cumsum(tokens_per_expert, 0)[None, :]).sum(dim=1)
+    products = torch.matmul(input[None], self.weight)  # [experts, tokens, out]
+    index = expert_of_row.clamp(max=self.groups - 1)[None, :, None].expand(1, -1, self.out_features)
+    return products.gather(0, index).squeeze(0)
