@@ -223,3 +223,24 @@ def test_vision_encoder_decoder_through_ort_vision2seq(tmp_path):
     with torch.no_grad():
         expected = torch_model.generate(pixels, **KW)
     _assert_same_generation(ort_model.generate(pixels, **KW), expected)
+
+
+def test_a_decoder_only_model_of_the_seq2seq_mapping_is_refused_in_one_line(tmp_path):
+    """transformers 5 maps audio-text decoders (qwen2_audio, voxtral, ...) as seq2seq LMs: `text2text-generation`
+    is refused in one line naming why, not with an AttributeError from deep inside the capture."""
+    from transformers import Qwen2AudioForConditionalGeneration
+
+    import zoo
+    from tiny import tiny_tokenizer
+
+    ckpt, out = tmp_path / "qwen2_audio", tmp_path / "out"
+    Qwen2AudioForConditionalGeneration(zoo.tiny_config("qwen2_audio")).save_pretrained(ckpt)
+    tiny_tokenizer(128).save_pretrained(ckpt)
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", TASK, out)
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert run.returncode == 1 and errors == [
+        "optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: qwen2_audio is not an "
+        "encoder-decoder model (its config says is_encoder_decoder=False): --task text2text-generation-with-past "
+        "exports an encoder and a decoder); no fallback: no torchscript OnnxConfig for "
+        "qwen2_audio/text2text-generation-with-past"]
+    assert not out.exists()

@@ -20,6 +20,7 @@ import torch
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..capture import Call, InputObserver, observe
+from ..errors import PipelineError
 from ..flatten import flat_inputs
 from .base import ExportContext, forward_adapter, preprocessor
 from .component import Component
@@ -110,6 +111,10 @@ class Seq2SeqOnnxExporter(OnnxExporter):
 
     def components(self, ctx: ExportContext) -> list[Component]:
         model = ctx.model
+        if not getattr(model.config, "is_encoder_decoder", False) or not hasattr(model, "get_encoder"):
+            # transformers 5 maps audio-text decoders (qwen2_audio, voxtral, ...) as seq2seq LMs too
+            raise PipelineError(f"{model.config.model_type} is not an encoder-decoder model (its config says "
+                                f"is_encoder_decoder=False): --task {ctx.task.name} exports an encoder and a decoder")
         adapter = forward_adapter(model, ctx.options.model_kwargs, model.get_encoder())
         with adapter, observe(encoder=model.get_encoder(), model=model) as obs:
             ctx.task.spec.driver(model, ctx.tokenizer, ctx.processor)
