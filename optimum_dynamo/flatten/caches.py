@@ -8,7 +8,7 @@ import inspect
 import torch
 
 from .registry import flatten_cache, register_cache, unflatten_cache
-from .states import fill_state_layer, is_state_layer, layer_leaves
+from .states import RECURRENT, fill_state_layer, is_state_layer, layer_leaves
 
 
 def _class_path(obj_or_cls) -> str:
@@ -203,3 +203,25 @@ def flatten_static(cache):
         ints = tuple((n, getattr(layer, n)) for n in _STATIC_INTS if type(getattr(layer, n, None)) is int)
         layers.append((_class_path(layer), layer.max_cache_len, initialized, ints, parts))
     return names, tensors, ("static", tuple(layers))
+
+
+# transformers 5 MiniMax: a DynamicCache (attention layers) plus `linear_cache`, one lightning-attention state
+# per linear layer (`[]` for the others). Leaves in layer order; the context says which leaf is which.
+def rebuild_minimax(cls, context, tensors):
+    dynamic_context, kinds, has_state = context
+    dynamic = [t for t, kind in zip(tensors, kinds) if kind == "kv"]
+    states = iter(t for t, kind in zip(tensors, kinds) if kind == RECURRENT)
+    cache = rebuild_dynamic(cls, dynamic_context, dynamic)
+    cache.linear_cache = [next(states) if has else [] for has in has_state]
+    return cache
+
+
+@register_cache("transformers.models.minimax.modeling_minimax.MiniMaxCache", unflatten=rebuild_minimax)
+def flatten_minimax(cache):
+    names, tensors, dynamic_context = flatten_dynamic(cache)
+    leaves = [(int(n.split(".")[0]), n, t, "kv") for n, t in zip(names, tensors)]
+    has_state = tuple(isinstance(s, torch.Tensor) for s in cache.linear_cache)
+    leaves += [(i, f"{i}.{RECURRENT}", s, RECURRENT) for i, s in enumerate(cache.linear_cache) if has_state[i]]
+    leaves.sort(key=lambda leaf: leaf[0])  # stable: keys/values before a state of the same layer
+    return ([n for _, n, _, _ in leaves], [t for _, _, t, _ in leaves],
+            (dynamic_context, tuple(k for *_, k in leaves), has_state))

@@ -291,28 +291,3 @@ def flatten_lfm2(cache):
             slots.append(("conv", has_kv if in_kv else None))
     return names, tensors, (_scalars(cache, {"conv_cache", "key_cache", "value_cache"}), tuple(slots))
 
-
-# transformers 5 MiniMax: a DynamicCache (attention layers) plus `linear_cache`, one lightning-attention state
-# per linear layer (`[]` for the others). Leaves in layer order; the context says which leaf is which.
-def rebuild_minimax(cls, context, tensors):
-    from .caches import rebuild_dynamic
-
-    dynamic_context, kinds, has_state = context
-    dynamic = [t for t, kind in zip(tensors, kinds) if kind == "kv"]
-    states = iter(t for t, kind in zip(tensors, kinds) if kind == RECURRENT)
-    cache = rebuild_dynamic(cls, dynamic_context, dynamic)
-    cache.linear_cache = [next(states) if has else [] for has in has_state]
-    return cache
-
-
-@register_cache("transformers.models.minimax.modeling_minimax.MiniMaxCache", unflatten=rebuild_minimax)
-def flatten_minimax(cache):
-    from .caches import flatten_dynamic
-
-    names, tensors, dynamic_context = flatten_dynamic(cache)
-    leaves = [(int(n.split(".")[0]), n, t, "kv") for n, t in zip(names, tensors)]
-    has_state = tuple(isinstance(s, torch.Tensor) for s in cache.linear_cache)
-    leaves += [(i, f"{i}.{RECURRENT}", s, RECURRENT) for i, s in enumerate(cache.linear_cache) if has_state[i]]
-    leaves.sort(key=lambda leaf: leaf[0])  # stable: keys/values before a state of the same layer
-    return ([n for _, n, _, _ in leaves], [t for _, _, t, _ in leaves],
-            (dynamic_context, tuple(k for *_, k in leaves), has_state))
