@@ -273,22 +273,25 @@ def _load_model(auto_class, model_id: str, config, kwargs: dict):
     ask for batched matmuls (models without experts refuse the option and load as they are).
     A config class the auto class does not map (transformers saves emu3's and mllama's causal LM with their
     text config, which AutoModelForCausalLM then refuses) loads with the class the checkpoint names in
-    `architectures`."""
+    `architectures` if that class is of the task (`...ForCausalLM` for AutoModelForCausalLM); any other
+    model keeps the refusal (a T5 checkpoint asked for text-generation)."""
     import transformers
 
     try:
         return _load_with(auto_class, model_id, config, kwargs)
     except ValueError as e:
-        named = [getattr(transformers, n) for n in getattr(config, "architectures", None) or () if hasattr(transformers, n)]
+        suffix = auto_class.__name__.removeprefix("AutoModel")
+        named = [getattr(transformers, n) for n in getattr(config, "architectures", None) or ()
+                 if suffix and n.endswith(suffix) and hasattr(transformers, n)]
         if "Unrecognized configuration class" not in str(e) or not named:
             raise
         return _load_with(named[0], model_id, config, kwargs)
 
 
-def _load_with(cls, model_id: str, config, kwargs: dict):
+def _load_with(model_class, model_id: str, config, kwargs: dict):
     from transformers import PreTrainedModel
 
-    auto_class = cls
+    auto_class = model_class
     if hasattr(PreTrainedModel, "_check_and_adjust_experts_implementation"):
         try:
             return auto_class.from_pretrained(model_id, config=config, experts_implementation="batched_mm", **kwargs).eval()
