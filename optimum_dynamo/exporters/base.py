@@ -291,13 +291,12 @@ def _load_model(auto_class, model_id: str, config, kwargs: dict):
 def _load_with(model_class, model_id: str, config, kwargs: dict):
     from transformers import PreTrainedModel
 
-    auto_class = model_class
     if hasattr(PreTrainedModel, "_check_and_adjust_experts_implementation"):
         try:
-            return auto_class.from_pretrained(model_id, config=config, experts_implementation="batched_mm", **kwargs).eval()
+            return model_class.from_pretrained(model_id, config=config, experts_implementation="batched_mm", **kwargs).eval()
         except (ValueError, TypeError):
             pass
-    return auto_class.from_pretrained(model_id, config=config, **kwargs).eval()
+    return model_class.from_pretrained(model_id, config=config, **kwargs).eval()
 
 
 # Files that hold a preprocessor, per auto class: one must be in the checkpoint for the class to be used
