@@ -157,6 +157,7 @@ _SIZES = {
     "mbart": dict(_BART, forced_bos_token_id=None, forced_eos_token_id=None),
     "marian": dict(_BART, decoder_vocab_size=128, decoder_start_token_id=0, forced_eos_token_id=None),
     "m2m_100": dict(_BART, forced_bos_token_id=None, forced_eos_token_id=None),
+    "bigbird_pegasus": dict(_BART, forced_eos_token_id=None),
     "whisper": dict(_BART, num_mel_bins=16, max_source_positions=32, max_target_positions=64,
                     decoder_start_token_id=1, begin_suppress_tokens=None, suppress_tokens=None),
 }
