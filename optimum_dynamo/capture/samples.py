@@ -148,7 +148,7 @@ def encoder_batches(model, tokenizer=None, processor=None) -> list[dict[str, tor
         return _speech_batches(model, processor)
     if main == "pixel_values":
         return _image_batches(model, processor)
-    config = model.config
-    pad = optional(config, "pad_token_id", 0)
+    encoder = model.get_encoder().config  # EncoderDecoderModel: its encoder's own config has the vocabulary
+    pad = optional(model.config, "pad_token_id", optional(encoder, "pad_token_id", 0))
     return [{"input_ids": s.input_ids, "attention_mask": s.attention_mask}
-            for s in text_samples(tokenizer, config.vocab_size, pad)]
+            for s in text_samples(tokenizer, encoder.vocab_size, pad)]
