@@ -1,27 +1,30 @@
-"""A fixed subset of the zoo on every run: model types of transformers' own causal-LM mapping that the decoder
+"""A fixed subset of the zoo on every run: model types of transformers' own causal-LM and seq2seq mappings that the
 sweep does not name, through the same harness `make zoo` runs (tests/zoo.py: a generically shrunk config,
-the real optimum-cli in a child process, ORTModelForCausalLM against PyTorch's greedy tokens and logits)."""
+the real optimum-cli in a child process, the runtime class against PyTorch's greedy tokens and logits)."""
 
 import pytest
 
 import zoo
 
-# model type -> the outcome it must have ("dynamo": exported and identical; "refused": one error line)
+# (mapping kind, model type) -> the outcome it must have ("dynamo": exported and identical; "refused": one error line)
 SUBSET = {
-    "bitnet": "dynamo",
-    "blenderbot-small": "dynamo",
-    "glm4_moe": "dynamo",
-    "got_ocr2": "dynamo",
-    "llama4_text": "dynamo",  # its rotary embedding is complex: real pairs during export  # multimodal, text sizes in its text sub-config: ORTModelForCausalLM reads them on top  # transformers 4: its expert loop guards on data (dense-experts patch)
-    "afmoe": "refused",  # transformers 5: its graph differs from PyTorch by 0.095 on logits: never written
+    ("causal", "bitnet"): "dynamo",
+    ("causal", "blenderbot-small"): "dynamo",
+    ("causal", "glm4_moe"): "dynamo",  # transformers 4: its expert loop guards on data (dense-experts patch)
+    ("causal", "got_ocr2"): "dynamo",  # multimodal, text sizes in its text sub-config: ORTModelForCausalLM reads them
+    ("causal", "llama4_text"): "dynamo",  # its rotary embedding is complex: real pairs during export
+    ("causal", "afmoe"): "refused",  # transformers 5: its graph differs from PyTorch by 0.095 on logits: never written
+    # per-layer router tuples among the encoder's outputs; transformers 5 passes use_cache on to its encoder
+    ("seq2seq", "switch_transformers"): "dynamo",
+    ("seq2seq", "nllb-moe"): "dynamo",  # transformers 5 reads `router_logits` from the encoder's own output class
 }
 
 
-@pytest.mark.parametrize("model_type, outcome", SUBSET.items())
-def test_zoo_subset(model_type, outcome, tmp_path):
-    if model_type not in zoo.population():
-        pytest.skip(f"{model_type} is not in this transformers' causal-LM mapping")
-    row = zoo.run_one(model_type, tmp_path)
+@pytest.mark.parametrize("kind, model_type, outcome", [(*key, outcome) for key, outcome in SUBSET.items()])
+def test_zoo_subset(kind, model_type, outcome, tmp_path):
+    if model_type not in zoo.population(kind):
+        pytest.skip(f"{model_type} is not in this transformers' {kind} mapping")
+    row = zoo.run_one(model_type, tmp_path, kind)
     assert row["viable"] and row["outcome"] == outcome, row
     if outcome == "refused":
         assert row["reason"].startswith("dynamo export failed (GrossMismatch: output 'logits' differs from PyTorch")

@@ -108,7 +108,10 @@ def drive_seq2seq_generation(model, tokenizer=None, processor=None) -> None:
     start = start[0] if isinstance(start, list) else start
     tokens = torch.randint(3, 16, (rows, 5), generator=torch.Generator().manual_seed(0))
     tokens[:, 0] = start if start is not None else 0
-    scored = model(**batch, decoder_input_ids=tokens[:, :3], use_cache=True)
+    # the encoder first, as generate does (transformers 5's switch_transformers passes use_cache on to its encoder);
+    # its own output class, whose fields transformers 5 reads by name
+    encoded = model.get_encoder()(**batch)
     masks = {k: v for k, v in batch.items() if k == "attention_mask"}
-    model(**masks, encoder_outputs=(scored.encoder_last_hidden_state,), decoder_input_ids=tokens[:, 3:],
+    scored = model(**masks, encoder_outputs=encoded, decoder_input_ids=tokens[:, :3], use_cache=True)
+    model(**masks, encoder_outputs=encoded, decoder_input_ids=tokens[:, 3:],
           past_key_values=scored.past_key_values, use_cache=True)

@@ -17,7 +17,7 @@ import inspect
 import logging
 
 import torch
-from transformers.modeling_outputs import BaseModelOutput
+from transformers.modeling_outputs import BaseModelOutput, ModelOutput
 
 from ..capture import Call, InputObserver, observe
 from ..errors import PipelineError
@@ -35,16 +35,16 @@ DECODER_INPUTS = ("input_ids", "encoder_hidden_states", "encoder_attention_mask"
 class DecoderWithHead(torch.nn.Module):
     """The decoder side as optimum's runtime runs it: decoder + LM head, from the encoder's hidden states."""
 
-    def __init__(self, model: torch.nn.Module, use_cache: bool):
+    def __init__(self, model: torch.nn.Module, use_cache: bool, encoder_output: type = BaseModelOutput):
         super().__init__()
-        self.model, self.use_cache = model, use_cache
+        self.model, self.use_cache, self.encoder_output = model, use_cache, encoder_output
         self._takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, past_key_values=None):
         extra = {"attention_mask": encoder_attention_mask} if self._takes_mask and encoder_attention_mask is not None else {}
         out = self.model(
             decoder_input_ids=input_ids,
-            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+            encoder_outputs=self.encoder_output(last_hidden_state=encoder_hidden_states),
             past_key_values=past_key_values,
             use_cache=self.use_cache,
             return_dict=True,
@@ -80,6 +80,9 @@ def components(model, encoder_calls: list[Call], model_calls: list[Call], with_p
     # T5's attention reshape fail to decompose on transformers 5
     common = dict(dynamic_sequence=True, size_oblivious=False)
     decoder_labels = {"sequence_length": "decoder_sequence_length"}
+    # the encoder's own output class (transformers 5's nllb-moe reads `router_logits` from it)
+    encoded = encoder_calls[0].outputs if encoder_calls else None
+    output_class = type(encoded) if isinstance(encoded, ModelOutput) else BaseModelOutput
 
     def observed(name, module, calls):
         return InputObserver(module, name, calls=calls)
@@ -88,14 +91,14 @@ def components(model, encoder_calls: list[Call], model_calls: list[Call], with_p
         Component("encoder_model", observed("encoder_model", model.get_encoder(), encoder_calls), encoder_inputs,
                   labels={"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state",
                   drop_unused=("attention_mask",), **common),  # Whisper's generate passes one its encoder never reads
-        Component("decoder_model", observed("decoder_model", DecoderWithHead(model, with_past),
+        Component("decoder_model", observed("decoder_model", DecoderWithHead(model, with_past, output_class),
                                             [c for c in decoder_calls if "past_key_values" not in c.kwargs]),
                   DECODER_INPUTS, labels=decoder_labels, drop_unused=("encoder_attention_mask",), **common),
     ]
     if with_past:
         # optimum's with-past decoder returns the self-attention cache only (the cross cache is an input)
         parts.append(Component("decoder_with_past_model",
-                               observed("decoder_with_past_model", DecoderWithHead(model, True),
+                               observed("decoder_with_past_model", DecoderWithHead(model, True, output_class),
                                         [c for c in decoder_calls if "past_key_values" in c.kwargs]),
                                DECODER_INPUTS, labels=decoder_labels, keep="logits,present.*.decoder.*",
                                drop_unused=("encoder_hidden_states", "encoder_attention_mask"), **common))

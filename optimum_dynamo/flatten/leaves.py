@@ -54,6 +54,7 @@ def flat_outputs(output: Any) -> dict[str, torch.Tensor]:
         elif is_cache(value):
             leaves, tensors, _ = flatten_cache(value)
             flat.update((output_name(field, leaf), t) for leaf, t in zip(leaves, tensors))
-        elif isinstance(value, (tuple, list)):
-            flat.update((f"{field}.{i}", t) for i, t in enumerate(value) if isinstance(t, torch.Tensor))
+        elif isinstance(value, (tuple, list)):  # nested too (switch_transformers' per-layer router tuples)
+            for i, item in enumerate(value):
+                flat.update(flat_outputs({f"{field}.{i}": item}))
     return flat
