@@ -6,7 +6,8 @@
   rejects it. The wrapper reads both from the session's `past_key_values.0.key` input
   ([batch, kv_heads, past, head_dim]) when static, else the config.
 - Per-layer cache sizes: `forward` builds every empty first-step cache with those single sizes; when the
-  graph's cache inputs differ per layer (gemma4), each empty cache takes its own input's static shape.
+  graph's cache inputs differ per layer (gemma4) or are not [batch, heads, past, head_dim] (a sparse-attention
+  indexer's [batch, past, dim] keys), each empty cache takes its own input's static shape.
 - State graphs (mamba, hybrids): their own `__init__` bookkeeping and a token-by-token `forward`
   (`ort_states`).
 - Default positions: without `position_ids`, `forward` counts positions 0.. from the first token of each
@@ -66,13 +67,13 @@ def empty_cache(model, batch: int) -> tuple | None:
     if not names or model.is_merged or not _standard_cache(model):
         return None
     shapes = [list(model.input_shapes.get(name) or ()) for name in names]
-    if any(len(s) != 4 or not all(isinstance(d, int) for d in (s[1], s[3])) for s in shapes):
+    if any(len(s) < 3 or not all(isinstance(d, int) for d in s[1:-2] + s[-1:]) for s in shapes):
         return None
-    if all((s[1], s[3]) == (model.num_key_value_heads, model.embed_size_per_head) for s in shapes):
+    if all(len(s) == 4 and (s[1], s[3]) == (model.num_key_value_heads, model.embed_size_per_head) for s in shapes):
         return None
     import torch
 
-    empty = [torch.zeros((batch, s[1], 0, s[3]), dtype=model.dtype, device=model.device) for s in shapes]
+    empty = [torch.zeros((batch, *s[1:-2], 0, s[-1]), dtype=model.dtype, device=model.device) for s in shapes]
     return tuple(tuple(empty[i : i + 2]) for i in range(0, len(empty), 2))
 
 

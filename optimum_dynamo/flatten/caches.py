@@ -45,6 +45,24 @@ def _pair_names(n: int) -> list[str]:
     return [f"{i}.{part}" for i in range(n) for part in ("key", "value")]
 
 
+# A sparse-attention layer (`DynamicIndexedLayer`, transformers 5: deepseek_v32, glm_moe_dsa, hy_v4, ...) also
+# keeps its indexer's keys [batch, seq, index_head_dim]: leaf "N.indexer.key", after the layer's key/value.
+INDEXER = "indexer.key"
+
+
+def _indexer_leaves(layer) -> tuple[list[str], list[torch.Tensor]]:
+    if getattr(layer, "indexer_position_ids", None) is not None:
+        raise TypeError(f"{type(layer).__name__} with indexer positions (indexer_position_ids) cannot be flattened")
+    initialized = bool(layer.is_indexer_initialized)
+    return ([INDEXER], [layer.indexer_keys]) if initialized else ([], [])
+
+
+def _fill_indexer(layer, leaves) -> None:
+    keys = next(leaves)
+    layer.indexer_keys, layer.is_indexer_initialized = keys, True
+    layer.indexer_dtype, layer.indexer_device = keys.dtype, keys.device
+
+
 def rebuild_dynamic(cls, context, tensors):
     layout, layers = context
     cache = cls()
@@ -55,12 +73,15 @@ def rebuild_dynamic(cls, context, tensors):
         return cache
     leaves = iter(tensors)
     built = []
-    for layer_path, kwargs, initialized, *states in layers:
+    for layer_path, kwargs, initialized, *extras in layers:
         layer = _resolve(layer_path)(**dict(kwargs))
         if initialized:
             _fill_layer(layer, next(leaves), next(leaves))
-        if states:  # a linear-attention layer (transformers >= 5)
-            fill_state_layer(layer, states[0], leaves)
+        for kind, extra in extras:
+            if kind == "states":  # a linear-attention layer (transformers >= 5)
+                fill_state_layer(layer, extra, leaves)
+            elif extra:  # an initialized indexer
+                _fill_indexer(layer, leaves)
         built.append(layer)
     cache.layers = built
     return cache
@@ -83,7 +104,12 @@ def flatten_dynamic(cache):
             state_names, states, state_context = layer_leaves(layer)
             names += [f"{i}.{n}" for n in state_names]
             tensors += states
-            entry += (state_context,)
+            entry += (("states", state_context),)
+        if hasattr(layer, "indexer_keys"):
+            indexer_names, indexer = _indexer_leaves(layer)
+            names += [f"{i}.{n}" for n in indexer_names]
+            tensors += indexer
+            entry += (("indexer", bool(indexer)),)
         layers.append(entry)
     return names, tensors, ("layers", tuple(layers))
 
