@@ -21,6 +21,7 @@ ARCHS = {
     "gemma4_text": "cache head_dim differs per layer (transformers 5 only)",
     "minicpm3": "latent caches: key and value inputs of different sizes (transformers 5 only)",
     "gpt_oss": "transformers 4: data-dependent expert loop -> dense-experts patch (sliding window > sequence)",
+    "hy_v4": "sparse attention: the indexer's cached keys are a cache leaf, 3-d (transformers 5 only)",
 }
 
 

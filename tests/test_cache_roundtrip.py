@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 import transformers
-from transformers import DynamicCache, EncoderDecoderCache, StaticCache
+from transformers import DynamicCache, EncoderDecoderCache, StaticCache, cache_utils
 
 from optimum_dynamo import flatten
 from tiny import tiny_config
@@ -198,3 +198,18 @@ def test_minimax_cache():
     rebuilt = _round_trip(cache, ["0.recurrent_state", "1.key", "1.value", "2.recurrent_state"])
     assert [torch.equal(a, b) for a, b in zip(rebuilt.linear_cache[::2], cache.linear_cache[::2])] == [True, True]
     assert rebuilt.linear_cache[1] == []
+
+
+@pytest.mark.skipif(not hasattr(cache_utils, "DynamicIndexedLayer"), reason="no DynamicIndexedLayer (transformers 5)")
+def test_dynamic_cache_with_indexed_layers():
+    """Sparse attention (transformers 5: hy_v4, deepseek_v32, ...): an indexed layer also keeps its indexer's
+    keys [batch, seq, dim] (leaf "N.indexer.key"); a layer that reuses another's top-k has none."""
+    cache = DynamicCache()
+    cache.layers = [cache_utils.DynamicIndexedLayer(), cache_utils.DynamicIndexedLayer()]
+    for n in (3, 1):
+        for i in range(2):
+            cache.update(torch.randn(2, 1, n, HEAD), torch.randn(2, 1, n, 8), i)
+        cache.update_indexer(torch.randn(2, n, 32), 0)
+    rebuilt = _round_trip(cache, ["0.key", "0.value", "0.indexer.key", "1.key", "1.value"])
+    assert rebuilt.layers[0].indexer_keys.shape == (2, 4, 32) and rebuilt.layers[1].indexer_keys is None
+    assert torch.equal(rebuilt.update_indexer(torch.zeros(2, 1, 32), 0)[:, :4], cache.layers[0].indexer_keys)

@@ -111,6 +111,11 @@ _SIZES = {
     "iquestcoder": _DECODER,
     # multi-head latent attention (needs as many kv heads as heads); its key/value latents are cached
     "minicpm3": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8),
+    # sparse attention: the indexer's keys are cached beside the latents (first layer; the second reuses its top-k)
+    "hy_v4": dict(_DECODER, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8,
+                  qk_rope_head_dim=8, v_head_dim=8, index_head_dim=16, index_n_heads=2,
+                  indexer_types=["full", "shared"], n_routed_experts=4, num_experts_per_tok=2,
+                  moe_intermediate_size=32),
     "qwen3_5_text": dict(_DECODER, layer_types=["linear_attention", "full_attention"], **_LINEAR),
     "qwen3_5_moe_text": dict(_DECODER, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                              shared_expert_intermediate_size=32, layer_types=["linear_attention", "full_attention"],
