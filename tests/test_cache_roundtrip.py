@@ -213,3 +213,12 @@ def test_dynamic_cache_with_indexed_layers():
     rebuilt = _round_trip(cache, ["0.key", "0.value", "0.indexer.key", "1.key", "1.value"])
     assert rebuilt.layers[0].indexer_keys.shape == (2, 4, 32) and rebuilt.layers[1].indexer_keys is None
     assert torch.equal(rebuilt.update_indexer(torch.zeros(2, 1, 32), 0)[:, :4], cache.layers[0].indexer_keys)
+
+
+def test_state_list():
+    """A model's state as a plain list of tensors (RWKV), captured as a `StateList`: one group of states."""
+    from optimum_dynamo.flatten.states import StateList
+
+    cache = StateList(torch.randn(2, 8, 3) for _ in range(5))
+    rebuilt = _round_trip(cache, ["0.recurrent_state", *[f"0.recurrent_state_{i}" for i in range(1, 5)]])
+    assert isinstance(rebuilt, list) and len(rebuilt) == 5

@@ -137,6 +137,7 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
     *[(m, "transformers_moe") for m in ("glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "phimoe", "dbrx", "aria_text",
                                         "deepseek_v3")],
     ("llama4_text", "transformers_complex_rope"),
+    ("rwkv", "transformers_rwkv"),
 ])
 def test_patches_keep_the_model_s_logits(model_type, module):
     """Patches that rewrite a model's arithmetic for export (dense experts under each block's own routing on
@@ -164,3 +165,24 @@ def test_patches_keep_the_model_s_logits(model_type, module):
         with patches.applied(chosen):
             got = model(ids).logits
     assert (got - expected).abs().max().item() < 1e-5
+
+
+def test_rwkv_single_token_steps_keep_each_row():
+    """transformers' RWKV mixes the rows of a batch on a single-token step with a state (the logits come out
+    [batch, batch, vocab]); patched, a batch of 2 stepped one token at a time gives the prefill's logits."""
+    from transformers import AutoModelForCausalLM
+
+    import zoo
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(zoo.tiny_config("rwkv")).eval()
+    ids = torch.randint(3, 128, (2, 5), generator=torch.Generator().manual_seed(0))
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.rwkv.")]
+    with torch.no_grad(), patches.applied(chosen):
+        expected, state, steps = model(ids).logits, None, []
+        for t in range(ids.shape[1]):
+            out = model(input_ids=ids[:, t : t + 1], state=state, use_cache=True)
+            state = out.state
+            steps.append(out.logits)
+    got = torch.cat(steps, dim=1)
+    assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5

@@ -14,9 +14,11 @@ from .samples import forward_params
 
 
 def cache_kwarg(model) -> str:
-    """The forward kwarg that carries the cache: `cache_params` (Mamba) or `past_key_values`."""
+    """The forward kwarg that carries the cache: `cache_params` (Mamba), `state` (RWKV) or `past_key_values`."""
     params = forward_params(model)
-    return "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+    if "past_key_values" in params:
+        return "past_key_values"
+    return next((name for name in ("cache_params", "state") if name in params), "past_key_values")
 
 
 def own_state_cache(model):
@@ -28,10 +30,10 @@ def own_state_cache(model):
 
 
 def is_state_model(model) -> bool:
-    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), models
-    with their own state cache class (transformers 4 hybrids), and models whose transformers >= 5
-    cache has linear-attention (state) layers."""
-    if cache_kwarg(model) == "cache_params" or own_state_cache(model) is not None:
+    """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), RWKV (its
+    `state`), models with their own state cache class (transformers 4 hybrids), and models whose
+    transformers >= 5 cache has linear-attention (state) layers."""
+    if cache_kwarg(model) != "past_key_values" or own_state_cache(model) is not None:
         return True
     from ..flatten.states import is_state_layer
 
@@ -49,9 +51,12 @@ def zero_state(model, batch: int):
     length 0. Made by a forward called directly (`model.forward`), so observers, which hook
     `model(...)`, do not record it."""
     from ..flatten import flatten_cache, unflatten_cache
+    from ..flatten.states import StateList
 
     ids = torch.zeros(batch, 1, dtype=torch.long)
     cache = getattr(model.forward(input_ids=ids, use_cache=True), cache_kwarg(model))
+    if type(cache) is list:  # a plain list of state tensors (RWKV): the list with a flattening
+        cache = StateList(cache)
     own = own_state_cache(model)
     if cache is None and own is not None:  # transformers 4 Jamba/Zamba return no cache unless given one
         cache = model.forward(input_ids=ids, use_cache=True, past_key_values=_new_cache(own, model, batch)).past_key_values

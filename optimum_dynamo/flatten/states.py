@@ -62,6 +62,23 @@ def fill_state_layer(layer, context, leaves) -> None:
         layer.conv_kernel_size[i] = kernel
 
 
+
+# A model whose state is a plain list of tensors (RWKV's `state`: five [batch, hidden, layers] tensors) is
+# captured with a `StateList`, the same list with a flattening. Leaves "0.recurrent_state",
+# "0.recurrent_state_1", ...: one group, since the tensors are not per layer.
+class StateList(list):
+    """A list of state tensors that flattens as a cache; the model indexes and updates it as its own list."""
+
+
+def rebuild_state_list(cls, context, tensors):
+    return cls(tensors)
+
+
+@register_cache("optimum_dynamo.flatten.states.StateList", unflatten=rebuild_state_list)
+def flatten_state_list(cache):
+    return [f"0.{state_name(RECURRENT, i)}" for i in range(len(cache))], list(cache), len(cache)
+
+
 # ── transformers 4 ──
 
 

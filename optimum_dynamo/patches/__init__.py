@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_masks,
     transformers_moe,
     transformers_recurrent_mask,
+    transformers_rwkv,
     transformers_sliding,
 )
 from .registry import Patch, PatchError, active_patches, applied, original, register_patch, unregister_patch
