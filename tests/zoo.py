@@ -215,16 +215,17 @@ def _greedy_and_logits(kind: str, model, inputs: dict):
 
 
 def _each_row_alone(kind: str, model, inputs: dict):
-    """A causal LM's new greedy tokens of each prompt generated alone (no padding): the reference where PyTorch's
-    own batched generate mixes rows (transformers' RWKV one-token step broadcasts the batch against itself)."""
+    """A causal LM's new greedy tokens of each row of the batch generated alone (a batch of one, its padding and
+    mask kept): the reference where PyTorch's own batched generate mixes rows (transformers' RWKV one-token step
+    broadcasts the batch against itself)."""
     import torch
 
     if kind != "causal":
         return None
-    rows = [ids[mask.bool()][None] for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"])]
-    return torch.cat([model.generate(input_ids=row, attention_mask=torch.ones_like(row), max_new_tokens=NEW_TOKENS,
-                                     min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)[:, row.shape[1]:]
-                      for row in rows])
+    rows = zip(inputs["input_ids"].split(1), inputs["attention_mask"].split(1))
+    return torch.cat([model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
+                                     min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)[:, ids.shape[1]:]
+                      for ids, mask in rows])
 
 
 def step_build(kind: str, model_type: str, directory: Path) -> dict:
@@ -277,7 +278,7 @@ def step_check(kind: str, directory: Path) -> dict:
         rows = reference.get("rows")
         if rows is None or not torch.equal(tokens[:, -NEW_TOKENS:], rows):
             return {"ok": False, "reason": f"greedy tokens differ (logits within {diff:.1e})", "max_abs": diff}
-        note = "PyTorch's batched generate differs; tokens equal each prompt generated alone"
+        note = "PyTorch's batched generate differs; tokens equal each row generated alone"
     if not diff < ATOL:
         return {"ok": False, "reason": f"logits differ by {diff:.1e}", "max_abs": diff}
     return {"ok": True, "max_abs": diff, "note": note}
