@@ -222,3 +222,30 @@ def test_state_list():
     cache = StateList(torch.randn(2, 8, 3) for _ in range(5))
     rebuilt = _round_trip(cache, ["0.recurrent_state", *[f"0.recurrent_state_{i}" for i in range(1, 5)]])
     assert isinstance(rebuilt, list) and len(rebuilt) == 5
+
+
+def test_mamba2_cache():
+    """transformers 4's Mamba2Cache: one stacked tensor per kind, a leaf per layer and kind. The rebuilt cache holds
+    those very leaves (torch.export marks dynamic axes on the tensors it flattened, then flattens again to fakify
+    them: fresh `unbind` views would fix the batch) and updates them as the stacked cache does."""
+    from transformers.models.mamba2 import modeling_mamba2
+
+    if not hasattr(modeling_mamba2, "Mamba2Cache"):
+        pytest.skip("transformers >= 5 keeps Mamba-2 states in DynamicCache")
+    cache = modeling_mamba2.Mamba2Cache(tiny_config("mamba2"), 2, dtype=torch.float32)
+    g = torch.Generator().manual_seed(0)
+    cache.conv_states.copy_(torch.randn(cache.conv_states.shape, generator=g))
+    cache.ssm_states.copy_(torch.randn(cache.ssm_states.shape, generator=g))
+    names = [f"{i}.{part}" for i in range(2) for part in ("conv_state", "recurrent_state")]
+    got_names, tensors, context = flatten.flatten_cache(cache)
+    assert got_names == names and [t.shape[0] for t in tensors] == [2] * 4
+    rebuilt = _round_trip(flatten.unflatten_cache(type(cache), context, [t.clone() for t in tensors]), names)
+    for kind in ("conv_states", "ssm_states"):
+        assert torch.equal(torch.stack(list(getattr(rebuilt, kind))), getattr(cache, kind))
+    conv, ssm = torch.randn(2, 1, cache.conv_states.shape[2], generator=g), torch.randn(cache.ssm_states.shape[1:])
+    for c in (cache, rebuilt):
+        c.update_conv_state(1, conv, cache_init=False)
+        c.update_ssm_state(0, ssm)
+    assert all(torch.equal(a, b) for a, b in zip(flatten.flatten_cache(rebuilt)[1], flatten.flatten_cache(cache)[1]))
+    rebuilt.reset()
+    assert all(not t.any() for t in flatten.flatten_cache(rebuilt)[1])

@@ -119,21 +119,41 @@ def flatten_falcon_mamba(cache):
     return _mamba_leaves(cache)
 
 
-# transformers 4 Mamba2: one stacked tensor per kind, [layers, batch, ...]; one leaf per layer.
+# transformers 4 Mamba2: one stacked tensor per kind, [layers, batch, ...]; one leaf per layer. A rebuilt cache
+# holds the leaves themselves, one per layer (`_Layers`): torch.export marks an input's dynamic axes on the tensor
+# object it flattened, then flattens again to fakify it; `unbind` views, new at every flattening, would lose
+# the marks and fix the batch.
+class _Layers(list):
+    """Per-layer states standing for the stacked tensor: indexing, `device` and `zero_` as the cache uses them."""
+
+    @property
+    def device(self):
+        return self[0].device
+
+    def zero_(self):
+        for t in self:
+            t.zero_()
+        return self
+
+
 def rebuild_mamba2(cls, context, tensors):
     scalars, layers = context
     cache = cls.__new__(cls)
     for name, (kind, value) in scalars:
         setattr(cache, name, _unscalar(kind, value))
-    cache.conv_states, cache.ssm_states = torch.stack(tensors[0::2]), torch.stack(tensors[1::2])
+    cache.conv_states, cache.ssm_states = _Layers(tensors[0::2]), _Layers(tensors[1::2])
     return cache
+
+
+def _per_layer(states):
+    return states if isinstance(states, _Layers) else states.unbind(0)
 
 
 @register_cache("transformers.models.mamba2.modeling_mamba2.Mamba2Cache", unflatten=rebuild_mamba2)
 def flatten_mamba2(cache):
-    layers = cache.conv_states.shape[0]
+    layers = len(cache.conv_states)
     names = [f"{i}.{part}" for i in range(layers) for part in (CONV, RECURRENT)]
-    tensors = [t for pair in zip(cache.conv_states.unbind(0), cache.ssm_states.unbind(0)) for t in pair]
+    tensors = [t for pair in zip(_per_layer(cache.conv_states), _per_layer(cache.ssm_states)) for t in pair]
     return names, tensors, (_scalars(cache, {"conv_states", "ssm_states"}), layers)
 
 
