@@ -11,7 +11,10 @@ The Mamba-2 mixers (mamba2, bamba, falcon_h1, granitemoehybrid) choose their sin
 `cache_position[0] > 0`, a branch on a value torch.export cannot take. The exported graph always steps one
 token onto a state, and from a zero state that path computes what the prompt path does (the rolled window
 and the recurrence start from zeros). On single-token calls with a cache the mixer is given a stand-in
-position that is past the prompt; other calls are unchanged."""
+position that is past the prompt; other calls are unchanged.
+
+Falcon-H1's hybrid cache tells a skipped layer's `[]` from its keys with `len(...) == 0`: the batch size, read
+as an int, which fixes the batch axis. A layer holding keys is concatenated without asking."""
 
 import torch
 
@@ -81,3 +84,14 @@ def hybrid_stepped_mixer(self, input_states, cache_params=None, cache_position=N
 
 for _mixer in sorted(_MIXERS):
     register_patch(f"transformers.models.{_mixer}.torch_forward", versions=_V4, reason=_MIXER_REASON)(hybrid_stepped_mixer)
+
+
+@register_patch("transformers.models.falcon_h1.modeling_falcon_h1.FalconHybridMambaAttentionDynamicCache.update",
+                versions=_V4, reason="skipped layer told by len(keys), the batch size -> by the slot being a tensor")
+def falcon_h1_cache_update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+    if layer_idx < len(self.key_cache) and isinstance(self.key_cache[layer_idx], torch.Tensor):
+        self.key_cache[layer_idx] = torch.cat([self.key_cache[layer_idx], key_states], dim=-2)
+        self.value_cache[layer_idx] = torch.cat([self.value_cache[layer_idx], value_states], dim=-2)
+        return self.key_cache[layer_idx], self.value_cache[layer_idx]
+    return original("transformers.models.falcon_h1.modeling_falcon_h1.FalconHybridMambaAttentionDynamicCache.update")(
+        self, key_states, value_states, layer_idx, cache_kwargs)
