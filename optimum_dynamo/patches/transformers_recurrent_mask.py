@@ -8,7 +8,9 @@ out of the state. The patch keeps the mask's last column on single-token steps: 
 
 transformers 4 has one method per hybrid model instead, which drops the mask when `cache_position[0] > 0`
 or the mask is all ones (both data-dependent: torch.export cannot branch on them); the patch keeps the
-mask's columns of the current tokens, the same product for every call `generate` makes."""
+mask's columns of the current tokens, the same product for every call `generate` makes. Mamba-2's mixer
+(transformers 4) masks its padding states only for a multi-token batch; the patch masks whenever a mask is
+given (`generate` gives none past the prompt), also the single-token step's `[batch, channels]` states."""
 
 from .registry import register_patch
 
@@ -43,3 +45,12 @@ def recurrent_mask_of_current_tokens(self, attention_mask, cache_position):
 
 for _target in _V4_TARGETS:
     register_patch(_target, versions=_V4, reason=_V4_REASON)(recurrent_mask_of_current_tokens)
+
+
+@register_patch("transformers.models.mamba2.modeling_mamba2.apply_mask_to_padding_states", versions=_V4,
+                reason="padding states masked only for several tokens -> whenever a mask is given")
+def mamba2_padding_states(hidden_states, attention_mask):
+    if attention_mask is None:
+        return hidden_states
+    mask = attention_mask[:, -1:] if hidden_states.dim() == 2 else attention_mask[:, -hidden_states.shape[1]:, None]
+    return (hidden_states * mask).to(hidden_states.dtype)
