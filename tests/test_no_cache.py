@@ -67,3 +67,21 @@ def test_a_model_whose_forward_takes_no_cache_is_refused_in_the_same_words(tmp_p
         "cache from generate, so there is none for --task text-generation-with-past to carry; export with --task "
         "text-generation); no fallback: no torchscript OnnxConfig for openai-gpt/text-generation-with-past"]
     assert not out.exists()
+
+
+def test_a_past_that_is_not_a_cache_is_refused_in_one_line(tmp_path):
+    """XLNet's generate carries its memories (`mems`) as a tuple of tensors, which transformers' own generate
+    cannot take back (4.57: IndexError, 5.x: `Passing a tuple of past_key_values is not supported`)."""
+    import zoo
+    from tiny import tiny_tokenizer
+
+    ckpt, out = tmp_path / "xlnet", tmp_path / "out"
+    AutoModelForCausalLM.from_config(zoo.tiny_config("xlnet")).save_pretrained(ckpt)
+    tiny_tokenizer(128).save_pretrained(ckpt)
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", "text-generation-with-past", out)
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert run.returncode == 1 and errors == [
+        "optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: xlnet's generate carries its "
+        "past as a tuple of tensors, not a cache: optimum's runtime has no way to feed it back, so it cannot be "
+        "exported for text generation); no fallback: no torchscript OnnxConfig for xlnet/text-generation-with-past"]
+    assert not out.exists()

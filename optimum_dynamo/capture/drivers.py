@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import PipelineError
+from ..flatten import is_cache
 from ..quiet import without_message
 from .samples import (FORWARD_TEXTS, NEW_TOKENS, PREFIX, encoder_batches, image_size, optional, pad_and_vocab,
                       text_batches, text_samples)
@@ -36,6 +38,10 @@ def drive_text_generation(model, tokenizer=None) -> None:
             return_dict_in_generate=True,
             **dict(options, max_new_tokens=1, min_new_tokens=1),
         )
+    if prefix.past_key_values is not None and not is_cache(prefix.past_key_values):  # XLNet's `mems`
+        raise PipelineError(f"{model.config.model_type}'s generate carries its past as a "
+                            f"{type(prefix.past_key_values).__name__} of tensors, not a cache: optimum's runtime "
+                            "has no way to feed it back, so it cannot be exported for text generation")
     model.generate(
         input_ids=second.input_ids,
         attention_mask=second.attention_mask,
