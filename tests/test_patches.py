@@ -139,6 +139,7 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
     ("llama4_text", "transformers_complex_rope"),
     ("rwkv", "transformers_rwkv"),
     ("mamba2", "transformers_recurrent_mask"), ("falcon_h1", "transformers_mamba"),
+    ("git", "transformers_git"),
 ])
 def test_patches_keep_the_model_s_logits(model_type, module):
     """Patches that rewrite a model's arithmetic for export (dense experts under each block's own routing on
@@ -187,3 +188,27 @@ def test_rwkv_single_token_steps_keep_each_row():
             steps.append(out.logits)
     got = torch.cat(steps, dim=1)
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
+def test_git_patch_keeps_padded_generation():
+    """GIT's patch takes eager's prefill / decode branch from a tensor: a left-padded `generate` (the prefill
+    with its mask, decode steps with eager's) gives the unpatched model's scores."""
+    from transformers import AutoModelForCausalLM
+
+    import zoo
+    from optimum_dynamo.patches import transformers_git
+
+    chosen = [p for p in patches.active_patches() if p.replacement.__module__ == transformers_git.__name__]
+    if not chosen:
+        pytest.skip("no GIT patch for this transformers")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(zoo.tiny_config("git")).eval()
+    ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0
+    options = dict(attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0, output_scores=True,
+                   return_dict_in_generate=True)
+    with torch.no_grad():
+        expected = model.generate(ids, **options)
+        with patches.applied([p for p in chosen if p.in_use()]):
+            got = model.generate(ids, **options)
+    assert torch.equal(got.sequences, expected.sequences)
+    assert (torch.stack(got.scores) - torch.stack(expected.scores)).abs().max().item() < 1e-5

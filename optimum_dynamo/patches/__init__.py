@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (register their patches)
     transformers_attention,
     transformers_complex_rope,
+    transformers_git,
     transformers_gqa,
     transformers_jamba,
     transformers_mamba,
