@@ -228,6 +228,20 @@ def _each_row_alone(kind: str, model, inputs: dict):
                       for ids, mask in rows])
 
 
+def _draw_zero_linears(model, config) -> None:
+    """Draw the weights of linear layers the model's init leaves all zero (afmoe's router): with equal scores
+    for every expert, routing follows each runtime's tie-breaking (torch.topk and onnxruntime's TopK pick
+    different experts), not the model. Drawn like the others: normal(0, initializer_range), seeded."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    std = getattr(config, "initializer_range", None) or 0.02
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and not module.weight.any():
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
+
+
 def step_build(kind: str, model_type: str, directory: Path) -> dict:
     """Child: the tiny checkpoint, and PyTorch's own greedy run (the population test) as the reference."""
     import torch
@@ -240,6 +254,7 @@ def step_build(kind: str, model_type: str, directory: Path) -> dict:
     def build(config):
         torch.manual_seed(0)
         model = getattr(transformers, KINDS[kind].auto).from_config(config).eval()
+        _draw_zero_linears(model, config)
         start = getattr(config, "decoder_start_token_id", None)
         model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                                    decoder_start_token_id=1 if start is None else start)
