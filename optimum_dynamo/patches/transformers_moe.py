@@ -33,6 +33,8 @@ def dense_experts(block, flat: torch.Tensor, router_logits: torch.Tensor, normal
 
 
 @register_patch("transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock.forward", versions=_V4, reason=_REASON)
+@register_patch("transformers.models.minimax.modeling_minimax.MiniMaxSparseMoeBlock.forward", versions=_V4,
+                reason=_REASON)  # Mixtral's block under another name
 def dense_mixtral_moe(self, hidden_states):
     batch, length, hidden = hidden_states.shape
     flat = hidden_states.reshape(-1, hidden)
