@@ -140,6 +140,7 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
     ("rwkv", "transformers_rwkv"),
     ("mamba2", "transformers_recurrent_mask"), ("falcon_h1", "transformers_mamba"),
     ("git", "transformers_git"),
+    ("falcon_h1", "transformers_recurrent_mask"), ("bamba", "transformers_positions"),
 ])
 def test_patches_keep_the_model_s_logits(model_type, module):
     """Patches that rewrite a model's arithmetic for export (dense experts under each block's own routing on

@@ -137,6 +137,34 @@ def test_stepped_generation_equals_generate_on_a_left_padded_batch(model_type):
     assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("model_type", ["mamba2", "bamba", "falcon_h1"])
+def test_stepped_prompt_has_the_full_pass_logits(model_type):
+    """The Mamba-2 family's prompt stepped one token per call from the zero state, without positions (what the
+    exported graph does), under the export patches: the logits of the batched full pass, the left-padded row's
+    real positions included (transformers 5's Bamba put every stepped token at position 0, transformers 4's
+    Falcon-H1 left single-token padding states unmasked: greedy tokens still matched on tiny models)."""
+    from optimum_dynamo.capture.stepping import cache_kwarg
+    from zoo import tiny_config
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(model_type)).eval()
+    ids = torch.tensor([[0, 0, 5, 9, 17, 23], [4, 8, 15, 16, 23, 42]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    kwarg, steps = cache_kwarg(model), []
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        with patches.applied():
+            cache = zero_state(model, 2)
+            for t in range(ids.shape[1]):
+                extra = {} if V5 else {"cache_position": torch.tensor([t])}
+                out = model(input_ids=ids[:, t : t + 1], attention_mask=mask[:, : t + 1], **{kwarg: cache},
+                            use_cache=True, **extra)
+                cache = getattr(out, kwarg)
+                steps.append(out.logits)
+    keep = mask.bool()
+    assert (torch.cat(steps, dim=1)[keep] - expected[keep]).abs().max().item() < 1e-5
+
+
 @pytest.mark.skipif(not V5, reason="linear-attention cache layers exist from transformers 5")
 def test_hybrid_linear_attention_layers_round_trip():
     from transformers.cache_utils import (

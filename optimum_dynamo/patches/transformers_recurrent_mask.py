@@ -8,9 +8,10 @@ out of the state. The patch keeps the mask's last column on single-token steps: 
 
 transformers 4 has one method per hybrid model instead, which drops the mask when `cache_position[0] > 0`
 or the mask is all ones (both data-dependent: torch.export cannot branch on them); the patch keeps the
-mask's columns of the current tokens, the same product for every call `generate` makes. Mamba-2's mixer
-(transformers 4) masks its padding states only for a multi-token batch; the patch masks whenever a mask is
-given (`generate` gives none past the prompt), also the single-token step's `[batch, channels]` states."""
+mask's columns of the current tokens, the same product for every call `generate` makes. Mamba-2's and
+Falcon-H1's mixers (transformers 4) mask their padding states only for a multi-token batch; the patch masks
+whenever a mask is given (`generate` gives none past the prompt), also the single-token step's
+`[batch, channels]` states."""
 
 from .registry import register_patch
 
@@ -48,6 +49,8 @@ for _target in _V4_TARGETS:
 
 
 @register_patch("transformers.models.mamba2.modeling_mamba2.apply_mask_to_padding_states", versions=_V4,
+                reason="padding states masked only for several tokens -> whenever a mask is given")
+@register_patch("transformers.models.falcon_h1.modeling_falcon_h1.apply_mask_to_padding_states", versions=_V4,
                 reason="padding states masked only for several tokens -> whenever a mask is given")
 def mamba2_padding_states(hidden_states, attention_mask):
     if attention_mask is None:
