@@ -249,3 +249,29 @@ def test_mamba2_cache():
     assert all(torch.equal(a, b) for a, b in zip(flatten.flatten_cache(rebuilt)[1], flatten.flatten_cache(cache)[1]))
     rebuilt.reset()
     assert all(not t.any() for t in flatten.flatten_cache(rebuilt)[1])
+
+
+def test_zamba2_cache():
+    """transformers 4's Zamba2HybridDynamicCache: states in dicts by layer (every layer has a mamba block),
+    keys and values of the hybrid layers in lists, `[batch, 0]` placeholders elsewhere (not leaves). The rebuilt
+    cache keeps the dicts and updates as the original does."""
+    from transformers.models.zamba2 import modeling_zamba2
+
+    if not hasattr(modeling_zamba2, "Zamba2HybridDynamicCache"):
+        pytest.skip("transformers >= 5 keeps Zamba2's states in DynamicCache")
+    config = tiny_config("zamba2")
+    cache = modeling_zamba2.Zamba2HybridDynamicCache(config, 2, dtype=torch.float32)
+    g = torch.Generator().manual_seed(0)
+    for states in (cache.conv_states, cache.ssm_states):
+        for t in states.values():
+            t.copy_(torch.randn(t.shape, generator=g))
+    hybrid = cache.transformer_layers[0]
+    cache.update(torch.randn(2, 4, 3, HEAD, generator=g), torch.randn(2, 4, 3, HEAD, generator=g), hybrid)
+    names = [f"{i}.{leaf}" for i in range(config.num_hidden_layers)
+             for leaf in (("key", "value") if i == hybrid else ()) + ("conv_state", "recurrent_state")]
+    rebuilt = _round_trip(cache, names)
+    assert type(rebuilt.conv_states) is dict and type(rebuilt.ssm_states) is dict
+    assert [tuple(t.shape) for i, t in enumerate(rebuilt.key_cache) if i != hybrid] == [(2, 0)] * 2
+    assert rebuilt.get_seq_length() == 3 and rebuilt.has_previous_state == cache.has_previous_state
+    step = torch.randn(2, 4, 1, HEAD, generator=g)
+    assert torch.equal(rebuilt.update(step, step, hybrid)[0], cache.update(step, step, hybrid)[0])

@@ -157,10 +157,10 @@ def flatten_mamba2(cache):
     return names, tensors, (_scalars(cache, {"conv_states", "ssm_states"}), layers)
 
 
-# transformers 4 hybrids (Jamba, Zamba, Qwen3-Next): per-layer lists, attention layers in
+# transformers 4 hybrids (Jamba, Zamba, Zamba2, Qwen3-Next): per-layer lists, attention layers in
 # `key_cache`/`value_cache`, state layers in `conv_states` and `ssm_states` (Qwen3-Next:
-# `recurrent_states`); the other slots hold placeholders (`[batch, 0]` tensors, or None), which are
-# not leaves. Scalar attributes (block types, flags, sizes) go in the context.
+# `recurrent_states`; Zamba2: the states in dicts by layer); the other slots hold placeholders (`[batch, 0]`
+# tensors, or None), which are not leaves. Scalar attributes (block types, flags, sizes) go in the context.
 _KV = (("key_cache", "key"), ("value_cache", "value"))
 _MAMBA_LISTS = _KV + (("conv_states", CONV), ("ssm_states", RECURRENT))
 _LINEAR_LISTS = _KV + (("conv_states", CONV), ("recurrent_states", RECURRENT))
@@ -193,7 +193,9 @@ def _slot(t) -> int:
     return _NONE if t is None else _LEAF if t.dim() > 2 else _EMPTY
 
 
-def _rebuild_lists(lists):
+def _rebuild_lists(lists, dicts=()):
+    """`dicts`: the attributes the cache keeps as dicts by layer index."""
+
     def rebuild(cls, context, tensors):
         scalars, slots = context
         cache = cls.__new__(cls)
@@ -206,7 +208,7 @@ def _rebuild_lists(lists):
             for (attr, _), slot in zip(lists, layer):
                 built[attr].append(next(leaves) if slot == _LEAF else None if slot == _NONE else torch.zeros(batch, 0))
         for attr, values in built.items():
-            setattr(cache, attr, values)
+            setattr(cache, attr, dict(enumerate(values)) if attr in dicts else values)
         return cache
 
     return rebuild
@@ -242,6 +244,12 @@ def flatten_bamba(cache):
 
 @register_cache("transformers.models.zamba.modeling_zamba.ZambaHybridDynamicCache", unflatten=_rebuild_lists(_MAMBA_LISTS))
 def flatten_zamba(cache):
+    return _list_leaves(cache, _MAMBA_LISTS)
+
+
+@register_cache("transformers.models.zamba2.modeling_zamba2.Zamba2HybridDynamicCache",
+                unflatten=_rebuild_lists(_MAMBA_LISTS, dicts=("conv_states", "ssm_states")))
+def flatten_zamba2(cache):
     return _list_leaves(cache, _MAMBA_LISTS)
 
 
