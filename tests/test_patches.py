@@ -213,3 +213,30 @@ def test_git_patch_keeps_padded_generation():
             got = model.generate(ids, **options)
     assert torch.equal(got.sequences, expected.sequences)
     assert (torch.stack(got.scores) - torch.stack(expected.scores)).abs().max().item() < 1e-5
+
+
+def test_zamba2_stepped_prompt_leaves_padding_out_of_the_state():
+    """transformers 4's Zamba2 masks padding only on its prompt path: patched, a left-padded prompt stepped one
+    token per call from the zero state gives the prefill's last logits (padding tokens that are not the
+    padding id, whose embedding would be zero anyway)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.zamba2 import modeling_zamba2
+
+    import zoo
+    from optimum_dynamo.capture.stepping import zero_state
+
+    if not hasattr(modeling_zamba2, "Zamba2HybridDynamicCache"):
+        pytest.skip("transformers >= 5 masks Zamba2's padding on every path")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(zoo.tiny_config("zamba2")).eval()
+    ids = torch.tensor([[7, 3, 5, 9, 17, 23], [4, 8, 15, 16, 23, 42]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits[:, -1]
+    with torch.no_grad(), patches.applied():
+        cache = zero_state(model, 2)
+        for t in range(ids.shape[1]):
+            out = model(input_ids=ids[:, t : t + 1], attention_mask=mask[:, : t + 1], past_key_values=cache,
+                        use_cache=True, cache_position=torch.tensor([t]))
+            cache = out.past_key_values
+    assert (out.logits[:, -1] - expected).abs().max().item() < 1e-5

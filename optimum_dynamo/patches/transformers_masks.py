@@ -2,9 +2,14 @@
 
 transformers may drop the mask (and rely on SDPA's `is_causal`) when it sees no padding;
 under torch.export that decision would be baked into the graph, or fail on a symbolic bool.
+
+The transformers 4 hybrids Jamba and Zamba2 build their causal mask `cache_position[-1] + 1` keys long (a
+value: an unbacked size that SDPA's mask slicing cannot guard on); the patch takes the 2D mask's length.
 """
 
-from .registry import register_patch
+import torch
+
+from .registry import original, register_patch
 
 _REASON = "keep the attention mask in the graph so padded batches work"
 
@@ -19,3 +24,23 @@ def keep_causal_mask_v4(padding_mask, query_length, kv_length, kv_offset, local_
 @register_patch("transformers.masking_utils._ignore_causal_mask_sdpa", versions={"transformers": ">=5"}, reason=_REASON)
 def keep_causal_mask_v5(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
     return False
+
+
+_HYBRID_MASK_REASON = "mask length read from cache_position's last value -> from the 2D attention mask's length"
+
+
+def hybrid_causal_mask(self, attention_mask, input_tensor, cache_position):
+    """Additive mask [batch, 1, query, key]: key k is visible from query q when k <= cache_position[q]
+    and the 2D mask keeps k. The key length is the 2D mask's, not `cache_position[-1] + 1` (a value)."""
+    if attention_mask is None or attention_mask.dim() != 2 or self.config._attn_implementation == "flash_attention_2":
+        return original(f"{type(self).__module__}.{type(self).__qualname__}._update_causal_mask")(
+            self, attention_mask, input_tensor, cache_position
+        )
+    keys = torch.arange(attention_mask.shape[-1], device=input_tensor.device)
+    visible = (keys[None, :] <= cache_position[:, None])[None, None] & attention_mask[:, None, None, :].bool()
+    return torch.zeros(visible.shape, dtype=input_tensor.dtype).masked_fill(~visible, torch.finfo(input_tensor.dtype).min)
+
+
+for _model in ("jamba.modeling_jamba.JambaModel", "zamba2.modeling_zamba2.Zamba2Model"):
+    register_patch(f"transformers.models.{_model}._update_causal_mask", versions={"transformers": ">=4.51,<5"},
+                   reason=_HYBRID_MASK_REASON)(hybrid_causal_mask)

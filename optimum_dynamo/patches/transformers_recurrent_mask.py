@@ -11,9 +11,13 @@ or the mask is all ones (both data-dependent: torch.export cannot branch on them
 mask's columns of the current tokens, the same product for every call `generate` makes. Mamba-2's and
 Falcon-H1's mixers (transformers 4) mask their padding states only for a multi-token batch; the patch masks
 whenever a mask is given (`generate` gives none past the prompt), also the single-token step's
-`[batch, channels]` states."""
+`[batch, channels]` states. Zamba2's mixer (transformers 4) masks only on its prompt path; on the path of a
+step with a previous state the patch masks the token's input, and a padding token leaves the SSM state as it
+was (zero: left padding comes first, where the prompt path adds nothing to it either)."""
 
-from .registry import register_patch
+import torch
+
+from .registry import original, register_patch
 
 _V5 = {"transformers": ">=5.23"}  # measured on 5.23
 _REASON = "single-token steps keep their padding-mask column (the prompt is stepped token by token)"
@@ -57,3 +61,19 @@ def mamba2_padding_states(hidden_states, attention_mask):
         return hidden_states
     mask = attention_mask[:, -1:] if hidden_states.dim() == 2 else attention_mask[:, -hidden_states.shape[1]:, None]
     return (hidden_states * mask).to(hidden_states.dtype)
+
+
+_ZAMBA2_MIXER = "transformers.models.zamba2.modeling_zamba2.Zamba2MambaMixer.torch_forward"
+
+
+@register_patch(_ZAMBA2_MIXER, versions=_V4, reason="padding masked only on the prompt path -> on single-token steps too")
+def zamba2_padding_steps(self, input_states, cache_params=None, attention_mask=None):
+    forward = original(_ZAMBA2_MIXER)
+    if attention_mask is None or cache_params is None or not cache_params.has_previous_state:
+        return forward(self, input_states, cache_params, attention_mask)
+    keep = attention_mask[:, -input_states.shape[1]:]
+    before = cache_params.ssm_states[self.layer_idx].clone()
+    out = forward(self, (input_states * keep[:, :, None]).to(input_states.dtype), cache_params, None)
+    after = cache_params.ssm_states[self.layer_idx]
+    after.copy_(torch.where(keep[:, -1].bool()[:, None, None, None], after, before))
+    return out
