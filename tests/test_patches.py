@@ -215,6 +215,28 @@ def test_git_patch_keeps_padded_generation():
     assert (torch.stack(got.scores) - torch.stack(expected.scores)).abs().max().item() < 1e-5
 
 
+@pytest.mark.parametrize("model_type", ["doge"])
+def test_attention_output_copy_keeps_the_logits(model_type):
+    """The copy after the attention transpose (transformers 4: indexing the interface; 5: `get_interface`), on a
+    model whose SDPA mask is a float one (Doge's dynamic mask) and a left-padded batch: the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    import zoo
+
+    chosen = [p for p in patches.active_patches() if p.replacement.__module__.endswith(".transformers_attention")]
+    assert chosen
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(zoo.tiny_config(model_type)).eval()
+    ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        with patches.applied(chosen):
+            got = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(got, expected)
+
+
 def test_zamba2_stepped_prompt_leaves_padding_out_of_the_state():
     """transformers 4's Zamba2 masks padding only on its prompt path: patched, a left-padded prompt stepped one
     token per call from the zero state gives the prefill's last logits (padding tokens that are not the
