@@ -31,6 +31,7 @@ def get_interface(self, attn_implementation, default):
 _TARGET_V4 = "transformers.modeling_utils.AttentionInterface.__getitem__"
 
 
-@register_patch(_TARGET_V4, versions={"transformers": ">=4.48,<5"}, reason="keep the copy after the attention transpose")
+@register_patch(_TARGET_V4, versions={"transformers": ">=4.48,<5"},
+                reason="keep the copy after the attention transpose")
 def attention_function(self, key):
     return _contiguous(original(_TARGET_V4)(self, key))

@@ -66,7 +66,8 @@ def mamba2_padding_states(hidden_states, attention_mask):
 _ZAMBA2_MIXER = "transformers.models.zamba2.modeling_zamba2.Zamba2MambaMixer.torch_forward"
 
 
-@register_patch(_ZAMBA2_MIXER, versions=_V4, reason="padding masked only on the prompt path -> on single-token steps too")
+@register_patch(_ZAMBA2_MIXER, versions=_V4,
+                reason="padding masked only on the prompt path -> on single-token steps too")
 def zamba2_padding_steps(self, input_states, cache_params=None, attention_mask=None):
     forward = original(_ZAMBA2_MIXER)
     if attention_mask is None or cache_params is None or not cache_params.has_previous_state:
