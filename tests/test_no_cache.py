@@ -2,6 +2,7 @@
 `is_decoder` unset, on transformers 5): refused with one line at export time, nothing written, never a
 directory ORTModelForCausalLM refuses at load."""
 
+import pytest
 import torch
 from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -51,37 +52,30 @@ def test_the_advised_task_exports_a_graph_the_runtime_runs(tmp_path):
                             padded_batch(AutoTokenizer.from_pretrained(out)))
 
 
-def test_a_model_whose_forward_takes_no_cache_is_refused_in_the_same_words(tmp_path):
-    """openai-gpt's forward has no cache argument at all: refused before `generate` would say it in its own
-    words (`model_kwargs are not used by the model: ['past_key_values']`)."""
+_NO_CACHE = ("returns no key/value cache from generate, so there is none for --task text-generation-with-past to "
+             "carry; export with --task text-generation")
+_NOT_A_CACHE = ("'s generate carries its past as a tuple of tensors, not a cache: optimum's runtime has no way to "
+                "feed it back, so it cannot be exported for text generation")
+
+
+@pytest.mark.parametrize("model_type, reason", [
+    # openai-gpt's forward has no cache argument at all: refused before `generate` would say it in its own words
+    # (`model_kwargs are not used by the model: ['past_key_values']`)
+    ("openai-gpt", " " + _NO_CACHE),
+    # XLNet carries its memories (`mems`) as a tuple of tensors, which transformers' own generate cannot take back
+    # (4.57: IndexError, 5.x: `Passing a tuple of past_key_values is not supported`)
+    ("xlnet", _NOT_A_CACHE),
+])
+def test_a_model_without_a_cache_it_can_carry_is_refused_in_one_line(model_type, reason, tmp_path):
     import zoo
     from tiny import tiny_tokenizer
 
-    ckpt, out = tmp_path / "openai-gpt", tmp_path / "out"
-    AutoModelForCausalLM.from_config(zoo.tiny_config("openai-gpt")).save_pretrained(ckpt)
+    ckpt, out = tmp_path / model_type, tmp_path / "out"
+    AutoModelForCausalLM.from_config(zoo.tiny_config(model_type)).save_pretrained(ckpt)
     tiny_tokenizer(128).save_pretrained(ckpt)
     run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", "text-generation-with-past", out)
     errors = [line for line in run.stderr.splitlines() if "error" in line]
     assert run.returncode == 1 and errors == [
-        "optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: openai-gpt returns no key/value "
-        "cache from generate, so there is none for --task text-generation-with-past to carry; export with --task "
-        "text-generation); no fallback: no torchscript OnnxConfig for openai-gpt/text-generation-with-past"]
-    assert not out.exists()
-
-
-def test_a_past_that_is_not_a_cache_is_refused_in_one_line(tmp_path):
-    """XLNet's generate carries its memories (`mems`) as a tuple of tensors, which transformers' own generate
-    cannot take back (4.57: IndexError, 5.x: `Passing a tuple of past_key_values is not supported`)."""
-    import zoo
-    from tiny import tiny_tokenizer
-
-    ckpt, out = tmp_path / "xlnet", tmp_path / "out"
-    AutoModelForCausalLM.from_config(zoo.tiny_config("xlnet")).save_pretrained(ckpt)
-    tiny_tokenizer(128).save_pretrained(ckpt)
-    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", "text-generation-with-past", out)
-    errors = [line for line in run.stderr.splitlines() if "error" in line]
-    assert run.returncode == 1 and errors == [
-        "optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: xlnet's generate carries its "
-        "past as a tuple of tensors, not a cache: optimum's runtime has no way to feed it back, so it cannot be "
-        "exported for text generation); no fallback: no torchscript OnnxConfig for xlnet/text-generation-with-past"]
+        f"optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: {model_type}{reason}); "
+        f"no fallback: no torchscript OnnxConfig for {model_type}/text-generation-with-past"]
     assert not out.exists()
