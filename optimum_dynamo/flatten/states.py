@@ -62,7 +62,6 @@ def fill_state_layer(layer, context, leaves) -> None:
         layer.conv_kernel_size[i] = kernel
 
 
-
 # A model whose state is a plain list of tensors (RWKV's `state`: five [batch, hidden, layers] tensors) is
 # captured with a `StateList`, the same list with a flattening. Leaves "0.recurrent_state",
 # "0.recurrent_state_1", ...: one group, since the tensors are not per layer.

@@ -52,10 +52,13 @@ for _target in _V4_TARGETS:
     register_patch(_target, versions=_V4, reason=_V4_REASON)(recurrent_mask_of_current_tokens)
 
 
+_PADDING_REASON = "padding states masked only for several tokens -> whenever a mask is given"
+
+
 @register_patch("transformers.models.mamba2.modeling_mamba2.apply_mask_to_padding_states", versions=_V4,
-                reason="padding states masked only for several tokens -> whenever a mask is given")
+                reason=_PADDING_REASON)
 @register_patch("transformers.models.falcon_h1.modeling_falcon_h1.apply_mask_to_padding_states", versions=_V4,
-                reason="padding states masked only for several tokens -> whenever a mask is given")
+                reason=_PADDING_REASON)
 def mamba2_padding_states(hidden_states, attention_mask):
     if attention_mask is None:
         return hidden_states
