@@ -131,6 +131,11 @@ FLAGS: dict[str, Flag] = {
     "verbose": Flag("-v/--verbose", HONOURED, "shows debug lines and the libraries' own messages"),
     "pt2": Flag("--pt2", HONOURED, "also writes the torch.export program `model.pt2` (decoder and single-graph tasks)",
                 "pt2"),
+    "quantize": Flag("--quantize", HONOURED, "int4 / int8: weights of the linear layers stored in 4 or 8 bits "
+                     "(onnxruntime MatMulNBits, blocks of 32, symmetric), validated against the fp32 graph; decoders",
+                     "quantize"),
+    "quantize_head": Flag("--quantize-head/--no-quantize-head", HONOURED, "with --quantize: the vocabulary "
+                          "projection quantized too (default) or kept in fp32", "quantize_head"),
     "aoti": Flag("--aoti", HONOURED, "also writes an AOTInductor package `model_aoti.pt2` (compiled with the local C++ "
                  "compiler)", "aoti"),
     # Python only (`main_export`, `onnx_export_from_model`)

@@ -67,6 +67,10 @@ def _wrap_export(cls) -> None:
     cls._export = classmethod(_export)
 
 
+# `from_pretrained(..., export=True, dynamo=True, <name>=...)` keyword -> export option (main_export's names)
+RUNTIME_EXPORT_OPTIONS = {"optimize": "optimize_level", "quantize": "quantize", "quantize_head": "quantize_head"}
+
+
 def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remote_code: bool = False, **kwargs):
     from optimum.exporters.tasks import TasksManager
 
@@ -78,8 +82,9 @@ def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remo
     task = TasksManager._infer_task_from_model_or_model_class(model_class=cls.auto_model_class)
     task = with_past(task, config) if use_cache else task
     hub = {k: kwargs.pop(k) for k in HUB_OPTIONS if k in kwargs}
+    graph = {option: kwargs.pop(name) for name, option in RUNTIME_EXPORT_OPTIONS.items() if name in kwargs}
     save_dir = TemporaryDirectory()
-    export_onnx(model_id, save_dir.name, task=task, trust_remote_code=trust_remote_code, hub_options=hub)
+    export_onnx(model_id, save_dir.name, task=task, trust_remote_code=trust_remote_code, hub_options=hub, **graph)
     return cls._from_pretrained(Path(save_dir.name), config, use_cache=use_cache, model_save_dir=save_dir, **kwargs)
 
 

@@ -35,6 +35,7 @@ def component_record(part, files: list[str], static_axes: dict | None = None) ->
         "sample_call": args.sample_call,
         "contrib_ops": part.contrib_ops,
         "discrepancies": as_dicts(part.discrepancies),
+        **({"quantization": part.quantization} if getattr(part, "quantization", None) else {}),
     }
 
 

@@ -36,6 +36,8 @@ class ExportOptions:
     opset: int | None = None
     optimize: bool = True  # graph optimizer (False: --no-constant-folding)
     optimize_level: str | None = None  # checked by the ONNX entry point (onnx_optimize.check_level)
+    quantize: str | None = None  # "int4" / "int8": weight-only quantization of the graph (onnx_quantize)
+    quantize_head: bool = True  # the vocabulary projection too
     slim: bool = False
     monolith: bool = False
     pt2: bool = False
@@ -54,6 +56,7 @@ class ExportOptions:
             set_(self, "model_kwargs", MappingProxyType(dict(self.model_kwargs)))
         check_atol(self.atol)
         check_opset(self.opset)
+        check_quantize(self)
         unknown = sorted(set(self.hub_options) - set(HUB_OPTIONS))
         if unknown:
             raise ExportError(f"unknown hub option(s) {', '.join(unknown)} (known: {', '.join(HUB_OPTIONS)})")
@@ -83,6 +86,23 @@ def check_atol(atol) -> None:
         raise ExportError(f"invalid --atol {atol!r}: expected a finite number >= 0")
 
 
+QUANTIZE = ("int4", "int8")
+
+
+def check_quantize(options: ExportOptions) -> None:
+    """--quantize's value, and the options it cannot be combined with (one line each)."""
+    if options.quantize is None:
+        return
+    if options.quantize not in QUANTIZE:
+        raise ExportError(f"invalid --quantize {options.quantize!r} (choose from {', '.join(QUANTIZE)})")
+    if not options.optimize:
+        raise ExportError("--quantize needs the graph optimizer (weights folded into constants); "
+                          "drop --no-constant-folding")
+    if options.dtype != "fp32":
+        raise ExportError(f"--quantize with --dtype {options.dtype}: quantize from the fp32 export "
+                          "(drop --dtype; activations stay fp32, weights are stored in 4 or 8 bits)")
+
+
 def check_opset(opset) -> None:
     if opset is None:
         return
@@ -90,4 +110,4 @@ def check_opset(opset) -> None:
         raise ExportError(f"invalid --opset {opset!r}: the dynamo exporter supports opsets {MIN_OPSET} to {MAX_OPSET}")
 
 
-__all__ = ["ExportOptions", "check_atol", "check_opset"]
+__all__ = ["QUANTIZE", "ExportOptions", "check_atol", "check_opset", "check_quantize"]

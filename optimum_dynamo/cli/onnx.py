@@ -26,6 +26,11 @@ OPTIONS = (
                             "(load it with optimum_dynamo.load_program).")),
     Option(("--aoti",), dict(action="store_true", help="With --dynamo: also write an AOTInductor package, "
                              "model_aoti.pt2 (compiled C++; load it with optimum_dynamo.load_package).")),
+    Option(("--quantize",), dict(choices=("int4", "int8"), default=None, help="With --dynamo: store the weights of "
+                                 "the linear layers in 4 or 8 bits (onnxruntime MatMulNBits, blocks of 32, symmetric), "
+                                 "after --optimize; validated against the fp32 graph. Decoder tasks.")),
+    Option(("--quantize-head",), dict(action=argparse.BooleanOptionalAction, default=True, help="With --quantize: "
+                                      "quantize the vocabulary projection too (default), or keep it in fp32.")),
     Option(("-v", "--verbose"), dict(action="store_true",
                                      help="With --dynamo: show debug lines and the libraries' own messages.")),
     Option(("--no-fallback",), dict(action="store_true", help="With --dynamo: fail instead of falling back to the "
@@ -67,8 +72,9 @@ def _no_fallback(args, state: dict) -> str:
     target = state["target"]
     if args.no_fallback:
         return "--no-fallback"
-    if getattr(args, "pt2", False) or getattr(args, "aoti", False):
-        return "--pt2/--aoti need the dynamo path"
+    dynamo_only = _dynamo_only(args)
+    if dynamo_only:
+        return f"{dynamo_only} needs the dynamo path"
     if not has_onnx_config(target.config.model_type, target.task_name):
         return f"no torchscript OnnxConfig for {target.config.model_type}/{target.task_name}"
     return ""
@@ -105,9 +111,22 @@ COMMAND = Command(PROG, table=flags.FLAGS, defaults=_defaults, output="output", 
                   fallback_name="the torchscript exporter", no_fallback=_no_fallback, fallback=_torchscript)
 
 
+def _dynamo_only(args) -> str:
+    """The options set that only the dynamo path honours (the torchscript exporter would drop them)."""
+    found = [spelling for dest, spelling in (("pt2", "--pt2"), ("aoti", "--aoti"), ("quantize", "--quantize"))
+             if getattr(args, dest, None)]
+    if getattr(args, "quantize_head", True) is False:
+        found.append("--no-quantize-head")
+    return "/".join(found)
+
+
 def _run_torchscript(command, original_run) -> None:
     from legacy_bridge.torchscript import deprecation_notice
 
+    dynamo_only = _dynamo_only(command.args)
+    if dynamo_only:  # never dropped: the torchscript exporter has no such option
+        raise COMMAND.error(f"{dynamo_only}: only the dynamo exporter has this option; add --dynamo "
+                            "(for the torchscript export's weights: optimum-cli onnxruntime quantize)")
     deprecation_notice()
     original_run(command)
 

@@ -35,6 +35,7 @@ class Component:
     inputs_kept: list[str] = field(default_factory=list)  # the saved graph's inputs
     contrib_ops: dict[str, int] = field(default_factory=dict)
     discrepancies: list[Any] = field(default_factory=list)
+    quantization: dict[str, Any] | None = None  # --quantize: the scheme, what was kept, the validation rows
 
     @property
     def module(self) -> torch.nn.Module:

@@ -38,6 +38,9 @@ def export_target(target: Target, output, options: ExportOptions) -> ExportConte
                         "(optimum's runtime loads them so); drop --monolith or export without --dynamo")
     if encoder_decoder and (options.pt2 or options.aoti):
         raise ExportError("--pt2/--aoti are not supported for encoder-decoder exports yet")
+    if encoder_decoder and options.quantize:
+        raise ExportError("--quantize is not supported for encoder-decoder exports with --dynamo yet; quantize the "
+                          "export with optimum-cli onnxruntime quantize, or drop --quantize")
     if encoder_decoder and options.optimize_level:
         raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
     exporter = Seq2SeqOnnxExporter() if encoder_decoder else OnnxExporter()

@@ -1,6 +1,6 @@
 """ONNX backend: torch.export program -> ONNX with optimum's names, in optimum's layout.
 
-Stages after the shared ones: translate -> name inputs/outputs -> optimize -> save ->
+Stages after the shared ones: translate -> name inputs/outputs -> optimize -> (quantize) -> save ->
 copy configs -> validate -> manifest.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 import fnmatch
 import logging
 import re
+import shutil
 from pathlib import Path
 
 import onnx_ir as ir
 import torch
 
-from ..errors import PipelineError
+from ..errors import ExportError, PipelineError
 from ..flatten import flat_outputs
 from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
@@ -23,12 +24,15 @@ from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims
+from .onnx_quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
 
 logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
+FP32_DIR = ".fp32"  # in staging: the graph before --quantize, for validation (removed after it)
+LOGITS = "logits"
 
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
@@ -119,6 +123,19 @@ class OnnxExporter(Exporter):
             for value in [v for v in graph.inputs if v.name in part.drop_unused and not v.uses()]:
                 graph.inputs.remove(value)
 
+    @stage("quantize weights", when=lambda options: options.quantize)
+    def quantize(self, ctx: ExportContext) -> None:
+        for part in ctx.components:
+            if LOGITS not in part.output_names:
+                raise ExportError(f"--quantize: the graph has no {LOGITS!r} output to validate the quantized "
+                                  "weights by (decoder and classification tasks); drop --quantize")
+            model = part.onnx_program.model
+            if ctx.options.validate:  # the fp32 graph, to validate before and compare with after
+                save_graph(model, ctx.staging / FP32_DIR, tuple(onnx_files(part)), ctx.options.replace(slim=False))
+            part.quantization = quantize_weights(model, ctx.options)
+            logger.info("    %d weights in %d bits, kept: %s", part.quantization["quantized"],
+                        part.quantization["bits"], ", ".join(part.quantization["kept"]) or "none")
+
     @stage("save")
     def save(self, ctx: ExportContext) -> None:
         for part in ctx.components:
@@ -142,9 +159,18 @@ class OnnxExporter(Exporter):
         cases = [references(part.calls, part.arguments, part.module, ctx.options.fill) for part in ctx.components]
         release_weights(ctx)  # memory: PyTorch is not run again; the sessions load their own copy
         for part, found in zip(ctx.components, cases):
-            part.discrepancies = validate_graph(ctx.staging / onnx_files(part)[0], found, part.arguments,
-                                                part.output_names, ctx.options, self.graph_label(ctx, part),
-                                                GraphInputs if part.drop_unused else None)
+            path, label = ctx.staging / onnx_files(part)[0], self.graph_label(ctx, part)
+            session = GraphInputs if part.drop_unused else None
+            if part.quantization:  # the fp32 graph is validated as usual, the quantized one against it
+                fp32 = ctx.staging / FP32_DIR / onnx_files(part)[0]
+                part.discrepancies = validate_graph(fp32, found, part.arguments, part.output_names, ctx.options,
+                                                    label, session)
+                part.quantization["validation"] = validate_quantized(path, fp32, found, part.arguments,
+                                                                     part.quantization["bits"], label)
+            else:
+                part.discrepancies = validate_graph(path, found, part.arguments, part.output_names, ctx.options,
+                                                    label, session)
+        shutil.rmtree(ctx.staging / FP32_DIR, ignore_errors=True)
 
     @stage("write manifest")
     def manifest(self, ctx: ExportContext) -> None:
@@ -236,6 +262,33 @@ def validate_graph(path: Path, cases, arguments, output_names, options: ExportOp
     logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(cases), table(rows))
     gate(rows, options.atol, options.dtype, graph)
     return rows
+
+
+def quantize_weights(model: ir.Model, options: ExportOptions) -> dict:
+    """--quantize: the graph's MatMul weights in 4 or 8 bits (`onnx_quantize`); what was done, for the manifest."""
+    scheme = Scheme.named(options.quantize, head=options.quantize_head)
+    done = QuantizeWeights(scheme)
+    done(model)
+    return {**scheme.record(), "quantized": len(done.quantized), "kept": done.kept,
+            "embeddings": "kept in fp32 (Gather)"}
+
+
+def validate_quantized(path: Path, fp32: Path, cases, arguments, bits: int, graph: str = "") -> list[dict]:
+    """The quantized graph's logits against its fp32 graph (gated: `validate.quantized`) and PyTorch."""
+    import onnxruntime as ort
+
+    from ..validate import quantized
+
+    names = arguments.input_names
+    reference = quantized.logits_of(ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]), cases, names)
+    got = quantized.logits_of(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), cases, names)
+    torch_logits = [expected[quantized.LOGITS].float().numpy() for _, expected in cases]
+    rows = [quantized.agreement("fp32 graph", got, reference, cases),
+            quantized.agreement("PyTorch", got, torch_logits, cases)]
+    logger.info("    %s%d-bit graph on %d calls:\n%s", f"{graph}: " if graph else "", bits, len(cases),
+                quantized.table(rows))
+    quantized.gate(rows, bits, graph)
+    return quantized.as_dicts(rows)
 
 
 def slim(path: Path, data: str) -> None:
