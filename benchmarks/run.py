@@ -50,6 +50,8 @@ EXPORTS = [
     ("dynamo O1", ["--dynamo", "--optimize", "O1"]),
     ("dynamo O2", ["--dynamo", "--optimize", "O2"]),
     ("dynamo O3", ["--dynamo", "--optimize", "O3"]),
+    ("dynamo O3 int4", ["--dynamo", "--optimize", "O3", "--quantize", "int4"]),
+    ("dynamo O3 int8", ["--dynamo", "--optimize", "O3", "--quantize", "int8"]),
 ]
 
 
@@ -111,6 +113,34 @@ def greedy_tok_s(out: Path, checkpoint: Path, tokens: int, rounds: int = 3) -> t
         best = min(best, time.perf_counter() - start)
     expected = AutoModelForCausalLM.from_pretrained(checkpoint).eval().generate(**args)
     return tokens / best, bool(torch.equal(got, expected))
+
+
+def prefill_logits(path: str, checkpoint: Path, ids) -> "np.ndarray":
+    """[positions, vocab] logits of one prompt from position 0 (empty cache), any graph with optimum's names."""
+    import numpy as np
+
+    session = decode_step.session(path, 2)
+    feed = decode_step.decode_feed(session, Path(path).parent, past=0)
+    feed.update(input_ids=ids, attention_mask=np.ones_like(ids))
+    if "position_ids" in feed:
+        feed["position_ids"] = np.arange(ids.shape[1])[None]
+    names = [o.name for o in session.get_outputs()]
+    return session.run(["logits"], {k: v for k, v in feed.items() if k in {i.name for i in session.get_inputs()}}
+                       )[0][0] if "logits" in names else None
+
+
+def top1_agreement(paths: dict[str, str], checkpoint: Path, positions: int = 256) -> dict[str, dict[str, float]]:
+    """Next-token top-1 agreement of every graph with PyTorch and with each other (one random prompt)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, positions))
+    with torch.no_grad():
+        top = {"PyTorch": model(input_ids=torch.from_numpy(ids)).logits[0].argmax(-1).numpy()}
+    top.update({label: prefill_logits(path, checkpoint, ids).argmax(-1) for label, path in paths.items()})
+    return {a: {b: float((top[a] == top[b]).mean()) for b in top} for a in top}
 
 
 def capture_overhead(checkpoint: Path, rounds: int = 3) -> float:
@@ -193,6 +223,13 @@ def main() -> None:
             tok_s, same = greedy_tok_s(Path(paths[label]).parent, checkpoint, args.tokens) if label in rows else (None, None)
             greedy = f"{tok_s:.0f} | {same}" if tok_s else "— | —"
             print(f"| {label} | {ms1:.2f} ({x1:.2f}) | {ms2:.2f} ({x2:.2f}) | {greedy} |")
+        agree = top1_agreement(paths, checkpoint)
+        anchors = [label for label in paths if label not in rows]
+        print(f"\n## {name}: next-token top-1 agreement (one random prompt, {256} positions, from an empty cache)")
+        print("| graph | vs PyTorch |" + "".join(f" vs {a} |" for a in anchors))
+        print("|---|---|" + "---|" * len(anchors))
+        for label in paths:
+            print(f"| {label} | {agree[label]['PyTorch']:.3f} |" + "".join(f" {agree[label][a]:.3f} |" for a in anchors))
         print(f"\ncapture overhead ({name}): observed drive / plain drive = {capture_overhead(checkpoint):.2f}")
 
 

@@ -173,3 +173,27 @@ def test_quantize_pass_on_a_small_graph(head):
     proto = ir.serde.serialize_model(model).SerializeToString()
     got = ort.InferenceSession(proto, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
     assert np.abs(got - expected).max() < 0.02 * np.abs(expected).max()
+
+
+def test_gate_tells_quantization_from_a_wrong_graph(dynamo_exports, quantized):
+    """The gate's metric on real graphs: llama's 4-bit graph against llama's fp32 graph passes; qwen2's 4-bit
+    graph (another model with the same inputs: a wrong graph) against it is refused."""
+    from optimum_dynamo.validate import GrossMismatch, quantized as check
+
+    fp32 = dynamo_exports("llama")
+    reference_session = ort.InferenceSession(str(fp32 / "model.onnx"))
+    inputs = padded_batch(AutoTokenizer.from_pretrained(fp32))
+    feed = dict(inputs, position_ids=(inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0))
+    for i in reference_session.get_inputs():
+        if i.name.startswith("past_key_values"):
+            feed[i.name] = torch.zeros(2, i.shape[1], 0, i.shape[3])
+    cases, names = [(feed, {})], [i.name for i in reference_session.get_inputs()]
+    reference = check.logits_of(reference_session, cases, names)
+    for model_type, wrong in (("llama", False), ("qwen2", True)):
+        got = check.logits_of(ort.InferenceSession(str(quantized((model_type, "int4")) / "model.onnx")), cases, names)
+        rows = [check.agreement("fp32 graph", got, reference, cases)]
+        if wrong:
+            with pytest.raises(GrossMismatch, match="^the 4-bit graph disagrees with its fp32 graph beyond quantization"):
+                check.gate(rows, 4)
+        else:
+            check.gate(rows, 4)

@@ -3,7 +3,8 @@ becomes onnxruntime's `MatMulNBits` (weights in blocks of `block_size` along the
 block, symmetric), packed by onnxruntime's own block quantizer (`matmul_nbits_quantizer`, its C++ kernels).
 
 What is quantized: the decoder's linear layers and, by default, the vocabulary projection (the MatMul whose
-result becomes `logits`), as onnxruntime-genai's builder does. The token embeddings (a Gather) stay in the
+result becomes `logits`), as onnxruntime-genai's builder does. A constant MatMul narrower than one block is not
+a linear layer (rotary embeddings multiply positions by their frequencies, K = 1) and keeps its precision. The token embeddings (a Gather) stay in the
 export's dtype. `accuracy_level` 4 lets onnxruntime's CPU kernel multiply int8-quantized activations with the
 weights (its fastest CPU path); the weights are what is stored in 4 or 8 bits either way.
 """
@@ -92,7 +93,7 @@ class QuantizeWeights(ir.passes.InPlacePass):
         heads = head_matmuls(graph)
         for node in list(graph):
             weight = _constant_weight(node)
-            if weight is None:
+            if weight is None or weight.shape[0] < scheme.block_size:  # not a linear layer (rotary frequencies)
                 continue
             value = node.inputs[1]
             if node in heads and not scheme.head:

@@ -9,10 +9,11 @@ sees, over every unpadded position of the captured calls' `logits`:
 
 Both are measured against the fp32 graph the quantized one came from (what quantization changed; that graph
 passed the usual validation against PyTorch first) and against PyTorch (reported). The gate reads the former:
-below `MIN_TOP1` or above `MAX_REL_RMS` the graph is wrong, not merely rounded. A wrong weight layout or scale
-gives chance agreement (about 1 / vocabulary) and a relative RMS error of about 1.4; 4-bit round-to-nearest on
-this project's random-weight tiny models, whose nearly flat logits are the hardest case, measured top-1
-0.8-0.9 and relative RMS 0.10-0.18 (8-bit: 1.0 and <= 0.016).
+below `MIN_TOP1` or above `MAX_REL_RMS` the graph is wrong, not merely rounded. A wrong weight layout measured
+top-1 0.0 and relative RMS 1.4 (chance, and uncorrelated logits). Random-weight models, whose nearly flat logits
+are the hardest case, measured with 4 bits top-1 0.3-0.9 and relative RMS 0.10-0.34 (tiny models; a 56M llama,
+short captured prompts to 256-token ones), with 8 bits top-1 0.89-1.0 and relative RMS <= 0.026. The bounds
+sit between that noise (which grows with depth on random weights) and a wrong graph.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import numpy as np
 from .gate import GrossMismatch
 
 LOGITS = "logits"
-MIN_TOP1 = {4: 0.6, 8: 0.9}
-MAX_REL_RMS = {4: 0.35, 8: 0.05}
+MIN_TOP1 = {4: 0.1, 8: 0.5}
+MAX_REL_RMS = {4: 0.7, 8: 0.2}
 
 
 @dataclass
