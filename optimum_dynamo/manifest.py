@@ -34,6 +34,7 @@ def component_record(part, files: list[str], static_axes: dict | None = None) ->
         "calls_recorded": len(part.calls),
         "sample_call": args.sample_call,
         "contrib_ops": part.contrib_ops,
+        "unfused": part.unfused,
         "discrepancies": as_dicts(part.discrepancies),
         **({"quantization": part.quantization} if getattr(part, "quantization", None) else {}),
     }

@@ -34,6 +34,7 @@ class Component:
     output_names: list[str] = field(default_factory=list)
     inputs_kept: list[str] = field(default_factory=list)  # the saved graph's inputs
     contrib_ops: dict[str, int] = field(default_factory=dict)
+    unfused: dict[str, str] = field(default_factory=dict)  # fusion that matched nothing -> why
     discrepancies: list[Any] = field(default_factory=list)
     quantization: dict[str, Any] | None = None  # --quantize: the scheme, what was kept, the validation rows
 

@@ -23,7 +23,7 @@ from ..options import ExportOptions
 from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
-from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims
+from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims, unfused
 from .onnx_quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
 
@@ -118,7 +118,7 @@ class OnnxExporter(Exporter):
     @stage("optimize")
     def optimize(self, ctx: ExportContext) -> None:
         for part in ctx.components:
-            optimize_graph(part.onnx_program.model, ctx.options)
+            part.onnx_program.model = optimize_graph(part.onnx_program.model, ctx.options)
             graph = part.onnx_program.model.graph  # e.g. the encoder's states once the cross cache is given
             for value in [v for v in graph.inputs if v.name in part.drop_unused and not v.uses()]:
                 graph.inputs.remove(value)
@@ -141,7 +141,7 @@ class OnnxExporter(Exporter):
         for part in ctx.components:
             model = part.onnx_program.model
             model.metadata_props.update(part.metadata)
-            part.contrib_ops = contrib_ops(model)
+            part.contrib_ops, part.unfused = contrib_ops(model), unfused(model)
             part.inputs_kept = [v.name for v in model.graph.inputs]
             save_graph(model, ctx.staging, tuple(onnx_files(part)), ctx.options)
             # memory: validation loads the saved file. The graph outlives this stage (onnxscript's rewrite rules
@@ -236,10 +236,9 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
     return onnx_program
 
 
-def optimize_graph(model: ir.Model, options: ExportOptions) -> None:
+def optimize_graph(model: ir.Model, options: ExportOptions) -> ir.Model:
     """The graph optimizer (`onnx_optimize.optimize`) at --optimize's level; none with --no-constant-folding."""
-    if options.optimize:
-        optimize(model, options.optimize_level)
+    return optimize(model, options.optimize_level) if options.optimize else model
 
 
 def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options: ExportOptions) -> None:

@@ -17,25 +17,46 @@ serves every call. Token-major inputs are taken from before the heads-first resh
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx_ir as ir
+
+from . import note_unfused
+
+logger = logging.getLogger(__name__)
 
 CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
 
 
-def fuse_group_query_attention(model: ir.Model) -> int:
-    """Rewrite in place; return the number of attentions rewritten."""
+def fuse_group_query_attention(model: ir.Model) -> tuple[int, str]:
+    """Rewrite in place; return the number of attentions rewritten and, when none, why."""
     graph = model.graph
-    count, shared = 0, {}
+    count, shared, reasons = 0, {}, []
     for node in list(graph):
+        if node.op_type != "Attention" or node.domain != "":
+            continue
         found = _match(node)
-        if found is None:
+        if isinstance(found, str):
+            reasons.append(found)
             continue
         _rewrite(graph, node, shared, *found)
         count += 1
     if count:
         model.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
-    return count
+    return count, reasons[0] if reasons else "no ONNX Attention in the graph (SDPA was not translated to it)"
+
+
+class GroupQueryAttention(ir.passes.InPlacePass):
+    """`fuse_group_query_attention`; records why it matched nothing."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count, reason = fuse_group_query_attention(model)
+        if count:
+            logger.info("    fused group_query_attention: %d", count)
+        else:
+            note_unfused(model, "group_query_attention", reason)
+        return ir.passes.PassResult(model, count > 0)
 
 
 def _dims(value: ir.Value | None) -> list | None:
@@ -53,22 +74,26 @@ def _grown(value: ir.Value) -> tuple[ir.Node, ir.Value, ir.Value] | None:
 
 
 def _match(node: ir.Node):
-    """(heads, kv_heads, head_dim, key concat, value concat) of a rewritable Attention, else None."""
-    if node.op_type != "Attention" or node.domain != "" or len(node.inputs) > 4:
-        return None
+    """(heads, kv_heads, head_dim, key concat, value concat) of a rewritable Attention, else why not."""
+    if len(node.inputs) > 4:
+        return "attention is given its cache as inputs (not grown in the graph)"
     if any(output.uses() or output.is_graph_output() for output in node.outputs[1:]):
-        return None
+        return "attention's present key/value or scores are read"
     query, key, value = node.inputs[:3]
     mask = node.inputs[3] if len(node.inputs) > 3 else None
-    if query is None or query.dtype != ir.DataType.FLOAT or mask is None or len(_dims(mask) or []) != 4:
-        return None  # the graph's own 4D mask is what both kernels are given (the causal-flag forms stay)
+    if query is None or query.dtype != ir.DataType.FLOAT:
+        return "attention's query is not float32"
+    if mask is None or len(_dims(mask) or []) != 4:
+        return "attention has no 4D mask (a causal flag instead)"  # the graph's own mask is what both kernels get
     key_cache, value_cache = _grown(key), _grown(value)
     q_dims, k_dims = _dims(query), _dims(key_cache[2]) if key_cache else None
-    if value_cache is None or q_dims is None or k_dims is None or len(q_dims) != 4 or len(k_dims) != 4:
-        return None
+    if key_cache is None or value_cache is None:
+        return "attention is not over a grown cache (key/value not Concat(past, new) on a 4D cache's sequence axis)"
+    if q_dims is None or k_dims is None or len(q_dims) != 4 or len(k_dims) != 4:
+        return "attention's query/key shapes are unknown or not 4D (heads-first)"
     heads, kv_heads, head_dim = q_dims[1], k_dims[1], q_dims[3]
     if not all(isinstance(d, int) for d in (heads, kv_heads, head_dim)) or heads % kv_heads:
-        return None
+        return f"attention heads {heads} / key-value heads {kv_heads} / head size {head_dim}: not static or not grouped"
     return heads, kv_heads, head_dim, key_cache, value_cache
 
 
@@ -198,4 +223,4 @@ def _replace_heads_first(graph: ir.Graph, node: ir.Node, old: ir.Value, attended
     old.replace_all_uses_with(transpose.outputs[0], replace_graph_outputs=True)
 
 
-__all__ = ["fuse_group_query_attention"]
+__all__ = ["CONTRIB_DOMAIN", "GroupQueryAttention", "fuse_group_query_attention"]

@@ -1,25 +1,20 @@
-"""MatMul weights laid out for onnxruntime's CPU kernels (`--optimize O2` and up).
-
-- `pack_matmuls`: the MatMuls that read one activation with constant weights (q/k/v projections, gate/up)
-  become one MatMul on the concatenated weights, followed by a Split: fewer, larger matrix products.
-- `unpack_wide_weights`: a weight with a very wide output (the vocabulary projection) is stored with a
-  leading axis of 1. onnxruntime prepacks 2D MatMul weights for its blocked SGEMM, which is slower for one
-  row at a time than its plain kernel on the weight as stored: measured on this project's machine, one
-  token through a 512 x 32000 projection 2.6 -> 2.2 ms, 896 x 151936 25.8 -> 19.4 ms (1 thread). Weights of
-  a decoder layer stay prepacked (storing all of them so was slower).
-
-Each output element is the same dot product as before; only the kernels that compute them change.
-"""
+"""MatMuls that read one activation with constant weights (q/k/v projections, gate/up) become one MatMul on
+the concatenated weights, followed by a Split: fewer, larger matrix products for onnxruntime's CPU kernels.
+Each output element is the same dot product as before."""
 
 from __future__ import annotations
 
 import collections
+import logging
 
 import numpy as np
 import onnx_ir as ir
 
+logger = logging.getLogger(__name__)
 
-def _packable_weight(node: ir.Node) -> np.ndarray | None:
+
+def packable_weight(node: ir.Node) -> np.ndarray | None:
+    """The constant 2D weight of a standard MatMul, read by this node only; else None."""
     if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2:
         return None
     weight = node.inputs[1]
@@ -30,32 +25,13 @@ def _packable_weight(node: ir.Node) -> np.ndarray | None:
     return weight.const_value.numpy()
 
 
-WIDE_OUTPUT = 16384  # output width from which a weight is left unpacked (vocabulary sizes)
-
-
-def unpack_wide_weights(model: ir.Model) -> int:
-    """Store constant [K, N] MatMul weights with N >= WIDE_OUTPUT as [1, K, N] (a batched MatMul that
-    broadcasts: same result, not prepacked). Returns the number of weights changed."""
-    changed = 0
-    for node in model.graph:
-        weight = _packable_weight(node)
-        rank = len(node.inputs[0].shape) if node.inputs[0] is not None and node.inputs[0].shape is not None else 0
-        if weight is None or weight.shape[1] < WIDE_OUTPUT or rank < 3:  # [1, K, N] keeps a 3D+ result's shape
-            continue
-        value = node.inputs[1]
-        value.const_value = ir.tensor(weight[None], name=value.name)
-        value.shape = ir.Shape(value.const_value.shape)
-        changed += 1
-    return changed
-
-
 def pack_matmuls(model: ir.Model) -> int:
     """Pack in place; return the number of MatMuls removed."""
     graph = model.graph
     order = {node: i for i, node in enumerate(graph)}
     groups: dict[ir.Value, list[tuple[ir.Node, np.ndarray]]] = collections.defaultdict(list)
     for node in graph:
-        weight = _packable_weight(node)
+        weight = packable_weight(node)
         if weight is not None and node.inputs[0] is not None:
             groups[node.inputs[0]].append((node, weight))
     removed = 0
@@ -84,3 +60,12 @@ def pack_matmuls(model: ir.Model) -> int:
             graph.initializers.pop(old_weight.name, None)
         removed += len(members) - 1
     return removed
+
+
+class PackMatmuls(ir.passes.InPlacePass):
+    """`pack_matmuls`."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        removed = pack_matmuls(model)
+        logger.info("    packed MatMuls: %d fewer", removed)
+        return ir.passes.PassResult(model, removed > 0)

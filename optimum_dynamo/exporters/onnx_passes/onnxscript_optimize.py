@@ -1,0 +1,67 @@
+"""onnxscript's optimizer (constant folding, its default rewrite rules, dead code) minus two no-op rules.
+
+onnxscript 0.7.2's no-op rules match their constant with an absolute tolerance of 1e-8, so `x + 0` / `x - 0`
+remove an RMSNorm's `+ eps` with eps = 1e-8 (helium) and a zero hidden row (a padding token) becomes
+0 / 0 = NaN: those two are left out. `x * 1` and `x / 1` stay (no float32 other than 1.0 is within 1e-8 of
+it; the rotary fusions need llama's `cos * attention_scaling` gone).
+
+`optimizer.optimize_ir` takes no rule list, so its steps are composed here from public passes, in its order.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+
+
+def rewrite_rules() -> list:
+    """onnxscript's default rewrite rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0`."""
+    from onnxscript.rewriter.rules import common as r
+
+    return [
+        *r.mul_by_1_rule.commute(), r.div_by_1_rule, r.dropout_zero_rule, r.dropout_inference_rule,
+        r.two_reshapes_matmul_reshape_rule, r.one_reshape_matmul_reshape_rule,
+        r.cast_constant_of_shape_rule, r.cast_constant_of_shape_without_value_rule,
+        r.collapse_slice_rule, r.collapse_slice2_rule,
+        r.materialize_reshape_shape_rule,
+        r.min_min_rule, r.max_max_rule, r.min_max_rule, r.max_min_rule,
+        r.successive_clip_relu_rule, r.successive_relu_clip_rule, r.successive_relu_rule, r.successive_clip_rule,
+        r.cast_cast_rule, r.no_op_cast_rule, r.no_op_expand_rule, r.flatten_to_reshape_rule, r.reshape_reshape_rule,
+        r.slice_split_rule, r.no_op_transpose_rule, r.transpose_transpose_rule, r.unsqueeze_unsqueeze_rule,
+        r.squeeze_reshape_1d_rule,
+        r.no_op_dynamic_scatter_nd_rule, r.no_op_static_scatter_nd_rule,
+        r.normalize_pad_format_conv_rule, r.normalize_pad_format_conv_integer_rule, r.fuse_pad_into_conv_rule,
+        r.fuse_pad_into_conv_integer_rule,
+        r.fuse_batchnorm_into_conv_rule, r.fuse_batchnorm_into_conv_transpose_rule, r.fuse_batchnorm_into_gemm_rule,
+        r.remove_optional_bias_from_conv_rule, r.remove_optional_bias_from_conv_transpose_rule,
+        r.remove_optional_bias_from_qlinear_conv_rule, r.remove_optional_bias_from_gemm_rule,
+    ]
+
+
+class FoldConstants(ir.passes.InPlacePass):
+    """onnxscript's constant folding, with ONNX shape inference (as its optimizer runs it)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnxscript import optimizer
+
+        return ir.passes.PassResult(model, optimizer.fold_constants_ir(model, onnx_shape_inference=True).modified)
+
+
+class OnnxscriptOptimize(ir.passes.InPlacePass):
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnxscript import rewriter
+
+        cleanup = [common_passes.RemoveUnusedNodesPass(), common_passes.RemoveUnusedFunctionsPass(),
+                   common_passes.RemoveUnusedOpsetsPass()]
+        return ir.passes.Sequential(
+            common_passes.InlinePass(),
+            ir.passes.PassManager([FoldConstants(), rewriter.RewritePass(rewrite_rules()), *cleanup], steps=2,
+                                  early_stop=True),
+            common_passes.RemoveUnusedNodesPass(),
+            common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+            common_passes.LiftSubgraphInitializersToMainGraphPass(),
+            common_passes.DeduplicateInitializersPass(),
+            common_passes.CommonSubexpressionEliminationPass(),
+            common_passes.OutputFixPass(),
+            common_passes.NameFixPass(),
+        )(model)
