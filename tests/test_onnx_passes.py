@@ -47,13 +47,12 @@ def _ops(model):
     return [node.op_type for node in model.graph]
 
 
-def _apply(pass_, model, feed, atol=0.0, cleanup=True):
+def _apply(pass_, model, feed, atol=0.0):
     """Run `pass_` (then dead-code removal), check onnxruntime's outputs, return the model."""
     before = _run(model, feed)
     result = pass_(model)
     assert result.model is model and result.modified
-    if cleanup:
-        common_passes.RemoveUnusedNodesPass()(model)
+    common_passes.RemoveUnusedNodesPass()(model)
     for expected, got in zip(before, _run(model, feed), strict=True):
         np.testing.assert_allclose(got, expected, atol=atol, rtol=0)
     return model
@@ -147,10 +146,11 @@ def _attention(t, q, k, v, past_key, past_value, mask):
 
 
 def _attention_inputs(grown=True):
-    names = ("q", "k", "v", "past_key", "past_value", "mask") if grown else ("q", "k", "v", "mask")
-    shapes = {"q": ["batch", HEADS, "sequence", HEAD_DIM], "k": ["batch", KV_HEADS, "sequence", HEAD_DIM],
-              "past_key": ["batch", KV_HEADS, "past", HEAD_DIM], "mask": ["batch", 1, "sequence", "total"]}
-    return [_input(n, shapes.get(n, shapes["k"] if n in ("v",) else shapes["past_key"])) for n in names]
+    heads_first = {"q": HEADS, "k": KV_HEADS, "v": KV_HEADS}
+    inputs = [_input(n, ["batch", h, "sequence", HEAD_DIM]) for n, h in heads_first.items()]
+    if grown:
+        inputs += [_input(n, ["batch", KV_HEADS, "past", HEAD_DIM]) for n in ("past_key", "past_value")]
+    return [*inputs, _input("mask", ["batch", 1, "sequence", "total"])]
 
 
 def _attention_feed(batch, sequence, past):
@@ -173,8 +173,9 @@ def test_group_query_attention():
     for expected, feed in zip(before, feeds):
         for e, got in zip(expected, _run(model, feed), strict=True):
             np.testing.assert_allclose(got, e, atol=1e-5, rtol=0)
-    assert _ops(model) == ["Transpose", "Reshape"] * 3 + ["Shape"] * 3 + ["Add", "Sub", "Expand", "Cast", "Squeeze", "Cast",
-                           "Equal", "Equal", "Or", "Equal", "Or", "If", "Reshape", "Transpose"]
+    assert _ops(model) == ["Transpose", "Reshape"] * 3 + ["Shape"] * 3 + [
+        "Add", "Sub", "Expand", "Cast", "Squeeze", "Cast", "Equal", "Equal", "Or", "Equal", "Or", "If", "Reshape",
+        "Transpose"]
     branches = {name: [n.op_type for n in attr.value] for node in model.graph if node.op_type == "If"
                 for name, attr in node.attributes.items()}
     assert branches == {"then_branch": ["GroupQueryAttention"], "else_branch": ["Attention"]}

@@ -57,6 +57,9 @@ def test_o3_greedy_and_names_match(model_type, checkpoints, dynamo_exports, o3_e
     # transformers 5 runs gemma2's attention eagerly (logit softcapping): no SDPA, nothing to fuse
     eager = model_type == "gemma2" and int(transformers.__version__.split(".")[0]) >= 5
     assert manifest["contrib_ops"].get("GroupQueryAttention", 0) == (0 if eager else layers)
+    unfused = manifest["unfused"]  # a fusion that matched nothing says why
+    assert unfused["group_query_attention"].startswith("no ONNX Attention") if eager else \
+        "group_query_attention" not in unfused
     assert "SkipSimplifiedLayerNormalization" in manifest["contrib_ops"]
     assert max(row["max_abs"] for row in manifest["discrepancies"]) < 1e-4
 
