@@ -36,7 +36,7 @@ class ExportOptions:
     opset: int | None = None
     optimize: bool = True  # graph optimizer (False: --no-constant-folding)
     optimize_level: str | None = None  # checked by the ONNX entry point (onnx_optimize.check_level)
-    quantize: str | None = None  # "int4" / "int8": weight-only quantization of the graph (onnx_quantize)
+    quantize: str | None = None  # "int4" / "int8": weight-only quantization of the graph (onnx_passes.quantize)
     quantize_head: bool = True  # the vocabulary projection too
     slim: bool = False
     monolith: bool = False

@@ -12,7 +12,7 @@ from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from optimum_dynamo.errors import ExportError
-from optimum_dynamo.exporters.onnx_quantize import QuantizeWeights, Scheme
+from optimum_dynamo.exporters.onnx_passes.quantize import QuantizeWeights, Scheme
 from optimum_dynamo.manifest import read_manifest
 from optimum_dynamo.validate.quantized import MAX_REL_RMS, MIN_TOP1
 from parity import greedy, padded_batch

@@ -24,7 +24,7 @@ from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims, unfused
-from .onnx_quantize import QuantizeWeights, Scheme
+from .onnx_passes.quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
 
 logger = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ def validate_graph(path: Path, cases, arguments, output_names, options: ExportOp
 
 
 def quantize_weights(model: ir.Model, options: ExportOptions) -> dict:
-    """--quantize: the graph's MatMul weights in 4 or 8 bits (`onnx_quantize`); what was done, for the manifest."""
+    """--quantize: the graph's MatMul weights in 4 or 8 bits (`onnx_passes.quantize`); what was done, for the manifest."""
     scheme = Scheme.named(options.quantize, head=options.quantize_head)
     done = QuantizeWeights(scheme)
     done(model)

@@ -4,8 +4,8 @@ block, symmetric), packed by onnxruntime's own block quantizer (`matmul_nbits_qu
 
 What is quantized: the decoder's linear layers and, by default, the vocabulary projection (the MatMul whose
 result becomes `logits`), as onnxruntime-genai's builder does. A constant MatMul narrower than one block is not
-a linear layer (rotary embeddings multiply positions by their frequencies, K = 1) and keeps its precision. The token embeddings (a Gather) stay in the
-export's dtype. `accuracy_level` 4 lets onnxruntime's CPU kernel multiply int8-quantized activations with the
+a linear layer (rotary embeddings multiply positions by their frequencies, K = 1) and keeps its precision. The
+token embeddings (a Gather) stay in the export's dtype. `accuracy_level` 4 lets onnxruntime's CPU kernel multiply int8-quantized activations with the
 weights (its fastest CPU path); the weights are what is stored in 4 or 8 bits either way.
 """
 
@@ -16,7 +16,8 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-CONTRIB_DOMAIN = "com.microsoft"
+from .group_query_attention import CONTRIB_DOMAIN
+
 SCHEMES = {"int4": 4, "int8": 8}
 _THROUGH = {"Add", "Mul", "Div", "Tanh", "Cast", "Reshape", "Identity", "Softcap", "Squeeze", "Unsqueeze"}
 
