@@ -41,6 +41,10 @@ MODELS = {
     "qwen05b": dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
                     num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
                     max_position_embeddings=4096, tie_word_embeddings=True),
+    # export memory at scale (over protobuf's 2 GB): `--exports "dynamo,dynamo O3" --export-only`
+    "llama084b": dict(model_type="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632,
+                      num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=4, head_dim=128,
+                      max_position_embeddings=2048),
 }
 # (label, exporter flags); the first is the reference of every ratio
 EXPORTS = [

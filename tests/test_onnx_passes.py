@@ -79,6 +79,23 @@ def test_pack_matmuls():
     assert list(model.graph.initializers) == ["node_MatMul_0_packed_weight", "node_MatMul_0_packed_sizes"]
 
 
+def test_pack_matmuls_copies_no_weight_before_saving():
+    """Export memory: the packed weight is concatenated when read (saved or quantized), and the weights packing
+    removed keep no array (the originals are views of the model's weights, alive until validation)."""
+    arrays = [RNG.standard_normal((4, n), dtype=np.float32) for n in (3, 2)]
+    x = ir.Value(name="x", shape=ir.Shape([1, 4]), type=ir.TensorType(ir.DataType.FLOAT))
+    weights = [ir.Value(name=f"w{i}", shape=ir.Shape(a.shape), const_value=ir.tensor(a)) for i, a in enumerate(arrays)]
+    nodes = [ir.node("MatMul", [x, w], name=f"m{i}") for i, w in enumerate(weights)]
+    uses = [ir.node("Relu", [n.outputs[0]]) for n in nodes]
+    graph = ir.Graph([x], [n.outputs[0] for n in uses], nodes=nodes + uses, initializers=weights,
+                     opset_imports={"": 23})
+    PackMatmuls()(ir.Model(graph, ir_version=10))
+    assert all(w.const_value is None for w in weights)
+    packed = next(v for v in graph.initializers.values() if v.name.endswith("_packed_weight"))
+    assert isinstance(packed.const_value, ir.LazyTensor) and list(packed.const_value.shape) == [4, 5]
+    np.testing.assert_array_equal(packed.const_value.numpy(), np.concatenate(arrays, axis=1))
+
+
 def test_unpack_vocab():
     def build(t, x):
         return [t.op("MatMul", [x, _const(t, RNG.standard_normal((4, WIDE_OUTPUT), dtype=np.float32), "vocab")])]

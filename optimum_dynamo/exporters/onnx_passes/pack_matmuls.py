@@ -42,8 +42,7 @@ def pack_matmuls(model: ir.Model) -> int:
         members.sort(key=lambda m: order[m[0]])
         first = members[0][0]
         label = first.name or f"matmul_{order[first]}"
-        packed = ir.Value(name=f"{label}_packed_weight",
-                          const_value=ir.tensor(np.concatenate([w for _, w in members], axis=1)))
+        packed = ir.Value(name=f"{label}_packed_weight", const_value=_concatenated([w for _, w in members]))
         graph.register_initializer(packed)
         sizes = ir.Value(name=f"{label}_packed_sizes",
                          const_value=ir.tensor(np.array([w.shape[1] for _, w in members], dtype=np.int64)))
@@ -58,8 +57,17 @@ def pack_matmuls(model: ir.Model) -> int:
             node.outputs[0].replace_all_uses_with(output)
             graph.remove(node, safe=True)
             graph.initializers.pop(old_weight.name, None)
+            old_weight.const_value = None  # memory: the removed value may outlive the graph; its array must not
         removed += len(members) - 1
     return removed
+
+
+def _concatenated(arrays: list[np.ndarray]) -> ir.LazyTensor:
+    """The arrays side by side (axis 1), made when read (saved, quantized): packing copies no weight while the
+    originals (views of the model's weights) are alive."""
+    shape = ir.Shape([arrays[0].shape[0], sum(a.shape[1] for a in arrays)])
+    return ir.LazyTensor(lambda: ir.tensor(np.concatenate(arrays, axis=1)),
+                         dtype=ir.DataType.from_numpy(arrays[0].dtype), shape=shape)
 
 
 class PackMatmuls(ir.passes.InPlacePass):
