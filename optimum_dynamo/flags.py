@@ -136,6 +136,9 @@ FLAGS: dict[str, Flag] = {
                      "quantize"),
     "quantize_head": Flag("--quantize-head/--no-quantize-head", HONOURED, "with --quantize: the vocabulary "
                           "projection quantized too (default) or kept in fp32", "quantize_head"),
+    "quantize_embeddings": Flag("--quantize-embeddings", HONOURED, "with --quantize int4: the token embeddings in 4 "
+                                "bits too (onnxruntime GatherBlockQuantized; default: kept in fp32)",
+                                "quantize_embeddings"),
     "aoti": Flag("--aoti", HONOURED, "also writes an AOTInductor package `model_aoti.pt2` (compiled with the local C++ "
                  "compiler)", "aoti"),
     # Python only (`main_export`, `onnx_export_from_model`)

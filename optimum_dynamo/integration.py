@@ -68,7 +68,8 @@ def _wrap_export(cls) -> None:
 
 
 # `from_pretrained(..., export=True, dynamo=True, <name>=...)` keyword -> export option (main_export's names)
-RUNTIME_EXPORT_OPTIONS = {"optimize": "optimize_level", "quantize": "quantize", "quantize_head": "quantize_head"}
+RUNTIME_EXPORT_OPTIONS = {"optimize": "optimize_level", "quantize": "quantize", "quantize_head": "quantize_head",
+                          "quantize_embeddings": "quantize_embeddings"}
 
 
 def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remote_code: bool = False, **kwargs):

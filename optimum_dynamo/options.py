@@ -38,6 +38,7 @@ class ExportOptions:
     optimize_level: str | None = None  # checked by the ONNX entry point (onnx_optimize.check_level)
     quantize: str | None = None  # "int4" / "int8": weight-only quantization of the graph (onnx_passes.quantize)
     quantize_head: bool = True  # the vocabulary projection too
+    quantize_embeddings: bool = False  # the token embeddings too (4 bits)
     slim: bool = False
     monolith: bool = False
     pt2: bool = False
@@ -92,12 +93,17 @@ QUANTIZE = ("int4", "int8")
 def check_quantize(options: ExportOptions) -> None:
     """--quantize's value, and the options it cannot be combined with (one line each)."""
     if options.quantize is None:
+        if options.quantize_embeddings or not options.quantize_head:
+            raise ExportError("--quantize-embeddings / --no-quantize-head apply to --quantize: add --quantize int4|int8")
         return
     if options.quantize not in QUANTIZE:
         raise ExportError(f"invalid --quantize {options.quantize!r} (choose from {', '.join(QUANTIZE)})")
     if not options.optimize:
         raise ExportError("--quantize needs the graph optimizer (weights folded into constants); "
                           "drop --no-constant-folding")
+    if options.quantize_embeddings and options.quantize != "int4":
+        raise ExportError("--quantize-embeddings: embeddings are stored in 4 bits only (onnxruntime's "
+                          "GatherBlockQuantized); use --quantize int4 or drop --quantize-embeddings")
     if options.dtype != "fp32":
         raise ExportError(f"--quantize with --dtype {options.dtype}: quantize from the fp32 export "
                           "(drop --dtype; activations stay fp32, weights are stored in 4 or 8 bits)")

@@ -71,8 +71,9 @@ def test_quantized_decoder_in_optimum_runtime(model_type, scheme, checkpoints, d
     assert tokens.shape == (2, inputs["input_ids"].shape[1] + 8)
 
     record = read_manifest(out)["quantization"]
-    assert {k: record[k] for k in ("bits", "block_size", "symmetric", "accuracy_level", "head", "kept")} == {
-        "bits": bits, "block_size": 32, "symmetric": True, "accuracy_level": 4, "head": True, "kept": []}
+    assert {k: record[k] for k in ("bits", "block_size", "symmetric", "accuracy_level", "head", "embeddings",
+                                   "kept")} == {"bits": bits, "block_size": 32, "symmetric": True, "accuracy_level": 4,
+                                                "head": True, "embeddings": False, "kept": []}
     gated = next(row for row in record["validation"] if row["against"] == "fp32 graph")
     assert gated["top1"] >= MIN_TOP1[bits] and gated["rel_rms"] <= MAX_REL_RMS[bits]
     ops = _graph_ops(out)
@@ -88,15 +89,20 @@ def test_quantized_decoder_in_optimum_runtime(model_type, scheme, checkpoints, d
     assert not (out / ".fp32").exists()
 
 
-def test_from_pretrained_keeps_the_head_in_fp32(checkpoints):
-    """`from_pretrained(export=True, dynamo=True, quantize=..., quantize_head=False)`: the vocabulary projection
-    stays a MatMul on fp32 weights, and the manifest says so."""
+def test_from_pretrained_head_and_embeddings(checkpoints):
+    """`from_pretrained(export=True, dynamo=True, quantize="int4", quantize_head=False, quantize_embeddings=True)`:
+    the vocabulary projection stays a MatMul on fp32 weights, the embeddings become GatherBlockQuantized, the
+    manifest says so, and the model still generates."""
     model = ORTModelForCausalLM.from_pretrained(checkpoints("llama"), export=True, dynamo=True, quantize="int4",
-                                                quantize_head=False)
+                                                quantize_head=False, quantize_embeddings=True)
     record = read_manifest(model.model_save_dir)["quantization"]
-    assert (record["bits"], record["head"], len(record["kept"])) == (4, False, 1)
+    assert (record["bits"], record["head"], record["embeddings"], len(record["kept"])) == (4, False, True, 1)
     graph = onnx.load(str(model.model_save_dir / "model.onnx"), load_external_data=False).graph
     assert [n.op_type for n in graph.node if record["kept"][0] in n.input] == ["MatMul"]
+    assert [n.op_type for n in graph.node if n.op_type.startswith("Gather") and "input_ids" in n.input] == [
+        "GatherBlockQuantized"]
+    inputs = padded_batch(AutoTokenizer.from_pretrained(checkpoints("llama")))
+    assert greedy(model, inputs).shape == (2, inputs["input_ids"].shape[1] + 8)
 
 
 @pytest.mark.parametrize("flags, error", [
@@ -122,6 +128,10 @@ def test_python_refusals(checkpoints, tmp_path):
         (dict(model_name_or_path=str(checkpoints("llama")), task=TASK, optimize="O4"), "^--optimize O4"),
         (dict(model_name_or_path=str(checkpoints("llama")), task=TASK, quantize="int2"),
          r"^invalid --quantize 'int2' \(choose from int4, int8\)$"),
+        (dict(model_name_or_path=str(checkpoints("llama")), task=TASK, quantize="int8", quantize_embeddings=True),
+         r"^--quantize-embeddings: embeddings are stored in 4 bits only \(onnxruntime's GatherBlockQuantized\); "),
+        (dict(model_name_or_path=str(checkpoints("llama")), task=TASK, quantize=None, quantize_head=False),
+         r"^--quantize-embeddings / --no-quantize-head apply to --quantize: add --quantize int4\|int8$"),
     ]
     for kwargs, error in cases:
         kwargs = {"quantize": "int4", **kwargs}

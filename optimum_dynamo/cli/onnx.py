@@ -31,6 +31,8 @@ OPTIONS = (
                                  "after --optimize; validated against the fp32 graph. Decoder tasks.")),
     Option(("--quantize-head",), dict(action=argparse.BooleanOptionalAction, default=True, help="With --quantize: "
                                       "quantize the vocabulary projection too (default), or keep it in fp32.")),
+    Option(("--quantize-embeddings",), dict(action="store_true", help="With --quantize int4: store the token "
+                                            "embeddings in 4 bits too (default: kept in fp32).")),
     Option(("-v", "--verbose"), dict(action="store_true",
                                      help="With --dynamo: show debug lines and the libraries' own messages.")),
     Option(("--no-fallback",), dict(action="store_true", help="With --dynamo: fail instead of falling back to the "
@@ -117,6 +119,8 @@ def _dynamo_only(args) -> str:
              if getattr(args, dest, None)]
     if getattr(args, "quantize_head", True) is False:
         found.append("--no-quantize-head")
+    if getattr(args, "quantize_embeddings", False):
+        found.append("--quantize-embeddings")
     return "/".join(found)
 
 

@@ -5,7 +5,8 @@ block, symmetric), packed by onnxruntime's own block quantizer (`matmul_nbits_qu
 What is quantized: the decoder's linear layers and, by default, the vocabulary projection (the MatMul whose
 result becomes `logits`), as onnxruntime-genai's builder does. A constant MatMul narrower than one block is not
 a linear layer (rotary embeddings multiply positions by their frequencies, K = 1) and keeps its precision. The
-token embeddings (a Gather) stay in the export's dtype. `accuracy_level` 4 lets onnxruntime's CPU kernel multiply int8-quantized activations with the
+token embeddings (a Gather) stay in the export's dtype unless asked (`embeddings`: 4 bits, onnxruntime's
+`GatherBlockQuantized`, packed by the same quantizer's `quantize_gather`). `accuracy_level` 4 lets onnxruntime's CPU kernel multiply int8-quantized activations with the
 weights (its fastest CPU path); the weights are what is stored in 4 or 8 bits either way.
 """
 
@@ -31,6 +32,7 @@ class Scheme:
     symmetric: bool = True
     accuracy_level: int = 4
     head: bool = True  # the vocabulary projection too
+    embeddings: bool = False  # the token embeddings too (4 bits only: onnxruntime's GatherBlockQuantized)
 
     @classmethod
     def named(cls, name: str, **changes) -> Scheme:
@@ -73,7 +75,8 @@ def head_matmuls(graph: ir.Graph) -> set[ir.Node]:
 
 
 class QuantizeWeights(ir.passes.InPlacePass):
-    """MatMul(x, W) -> MatMulNBits(x, packed W, scales); each fp weight is released once replaced."""
+    """MatMul(x, W) -> MatMulNBits(x, packed W, scales), and with `scheme.embeddings` Gather(E, ids) ->
+    GatherBlockQuantized; each fp weight is released once replaced."""
 
     def __init__(self, scheme: Scheme):
         super().__init__()
@@ -93,35 +96,67 @@ class QuantizeWeights(ir.passes.InPlacePass):
             bits=scheme.bits))
         heads = head_matmuls(graph)
         for node in list(graph):
-            weight = _constant_weight(node)
-            if weight is None or weight.shape[0] < scheme.block_size:  # not a linear layer (rotary frequencies)
+            if node.op_type == "Gather" and node.domain == "" and scheme.embeddings:
+                replaced = _gather(node, quantizer)
+            else:
+                weight = _constant_weight(node)
+                if weight is None or weight.shape[0] < scheme.block_size:  # not a linear layer (rotary frequencies)
+                    continue
+                if node in heads and not scheme.head:
+                    self.kept.append(node.inputs[1].name)
+                    continue
+                replaced = _matmul(node, weight, quantizer, scheme)
+            if replaced is None:
                 continue
-            value = node.inputs[1]
-            if node in heads and not scheme.head:
-                self.kept.append(value.name)
-                continue
-            packed, scales, _ = quantizer.qbits_block_quant(weight)
-            label = value.name
-            inputs = [node.inputs[0], _initializer(graph, f"{label}_q{scheme.bits}", packed),
-                      _initializer(graph, f"{label}_scales", scales)]
-            k, n = weight.shape
-            fused = ir.node("MatMulNBits", inputs, domain=CONTRIB_DOMAIN, name=f"{node.name or label}_q{scheme.bits}",
-                            attributes={"K": k, "N": n, "bits": scheme.bits, "block_size": scheme.block_size,
-                                        **({"accuracy_level": scheme.accuracy_level} if scheme.accuracy_level else {})})
-            ir.convenience.replace_nodes_and_values(graph, node, [node], [fused], node.outputs, fused.outputs)
+            value = node.inputs[0 if node.op_type == "Gather" else 1]
+            for value_made in replaced.inputs:
+                if value_made is not None and value_made.const_value is not None and not value_made.is_initializer():
+                    graph.register_initializer(value_made)
+            ir.convenience.replace_nodes_and_values(graph, node, [node], [replaced], node.outputs, replaced.outputs)
             if not value.uses():
                 graph.initializers.pop(value.name, None)
-                value.const_value = None
-            self.quantized.append(label)
+                value.const_value = None  # memory: the removed value may outlive the graph
+            self.quantized.append(value.name)
         if self.quantized:
             model.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
         return ir.passes.PassResult(model, bool(self.quantized))
 
 
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
-    graph.register_initializer(value)
-    return value
+def _matmul(node: ir.Node, weight: np.ndarray, quantizer, scheme: Scheme) -> ir.Node:
+    packed, scales, _ = quantizer.qbits_block_quant(weight)
+    label = node.inputs[1].name
+    k, n = weight.shape
+    return ir.node("MatMulNBits", [node.inputs[0], _constant(f"{label}_q{scheme.bits}", packed),
+                                   _constant(f"{label}_scales", scales)],
+                   domain=CONTRIB_DOMAIN, name=f"{node.name or label}_q{scheme.bits}",
+                   attributes={"K": k, "N": n, "bits": scheme.bits, "block_size": scheme.block_size,
+                               **({"accuracy_level": scheme.accuracy_level} if scheme.accuracy_level else {})})
+
+
+def _gather(node: ir.Node, quantizer) -> ir.Node | None:
+    """A lookup in a constant [vocab, hidden] table -> GatherBlockQuantized (4 bits, blocks along hidden), made
+    by onnxruntime's own `quantize_gather` on a one-node graph of it."""
+    import onnx
+
+    table = node.inputs[0]
+    if table is None or table.const_value is None or not table.is_initializer() or len(table.const_value.shape) != 2:
+        return None
+    if node.attributes.get_int("axis", 0) != 0 or table.const_value.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
+        return None
+    data = onnx.numpy_helper.from_array(np.ascontiguousarray(table.const_value.numpy()), table.name)
+    proto = onnx.helper.make_graph([onnx.helper.make_node("Gather", [table.name, "ids"], ["out"])], "gather", [], [],
+                                   [data])
+    with np.errstate(divide="ignore", invalid="ignore"):  # an all-zero block (padding row) has scale 0: kept 0
+        (made,) = quantizer.quantize_gather(proto.node[0], [proto])
+    constants = {t.name: _constant(t.name, ir.serde.deserialize_tensor(t)) for t in proto.initializer
+                 if t.name != table.name}
+    inputs = [node.inputs[1] if name == "ids" else constants[name] for name in made.input]
+    return ir.node("GatherBlockQuantized", inputs, domain=CONTRIB_DOMAIN, name=f"{node.name or table.name}_q4",
+                   attributes={a.name: onnx.helper.get_attribute_value(a) for a in made.attribute})
+
+
+def _constant(name: str, array) -> ir.Value:
+    return ir.Value(name=name, const_value=ir.tensor(array, name=name) if isinstance(array, np.ndarray) else array)
 
 
 __all__ = ["SCHEMES", "QuantizeWeights", "Scheme", "head_matmuls"]
