@@ -7,7 +7,7 @@ ZOO_ARGS ?=
 # (see its README.md); empty in a clone without one, whose T4main/T5main targets then skip with one line.
 OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
 
-.PHONY: zoo env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
+.PHONY: zoo env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -119,6 +119,22 @@ test-all:
 bench: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/run.py $(BENCH_ARGS)
 
+# On demand, not in CI: the benchmark's anchor, onnxruntime-genai's model builder (it needs transformers 5; its
+# own onnxruntime) over the benchmark's 56M llama checkpoint: fp32 and int4 graphs in $(BENCH_WORK)/genai-*, then
+# `make bench BENCH_ARGS="--work $(BENCH_WORK) --anchor llama56m:genai=$(BENCH_WORK)/genai-fp32"`.
+BENCH_WORK ?= /tmp/bench-work
+env-genai: .venv-genai/.done
+
+.venv-genai/.done:
+	$(PYTHON) -m venv .venv-genai
+	.venv-genai/bin/pip install -q torch==2.13.0 transformers==5.23.0 onnxruntime-genai==0.18.0 onnx_ir onnxscript
+	touch $@
+
+anchor: env-t4 env-genai
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/run.py --models llama56m --work $(BENCH_WORK) --checkpoints-only
+	for p in fp32 int4; do HF_HUB_OFFLINE=1 .venv-genai/bin/python -m onnxruntime_genai.models.builder \
+	  -i $(BENCH_WORK)/checkpoints/llama56m -o $(BENCH_WORK)/genai-$$p -p $$p -e cpu; done
+
 # On demand, not in CI (hours on 2 cores): every causal-LM model type of transformers' own mapping, both
 # environments side by side, then the table in docs/status.md (tests/zoo.py --help).
 zoo: env-t4 env-t5
@@ -136,4 +152,4 @@ docs:
 	.venv-docs/bin/mkdocs build --strict
 
 clean:
-	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-t4main .venv-smoke-t4 .venv-smoke-t5 .venv-smoke-t4main .venv-smoke-t5main .venv-docs build dist *.egg-info
+	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-genai .venv-t4main .venv-smoke-t4 .venv-smoke-t5 .venv-smoke-t4main .venv-smoke-t5main .venv-docs build dist *.egg-info

@@ -7,11 +7,14 @@ ORTModelForCausalLM (checked against PyTorch's tokens), and the capture's overhe
 `generate`. Prints ratios measured in the same run; graphs alternate within each timing round.
 
     python benchmarks/run.py [--models tiny,llama56m,qwen05b] [--exports "torchscript,dynamo O3"]
-                             [--anchor llama56m:genai=DIR] [--export-only] [--work DIR] [--tokens 64]
+                             [--anchor llama56m:genai=DIR] [--export-only] [--checkpoints-only] [--work DIR]
+                             [--tokens 64]
 
 `--anchor`: a graph built by another tool from the same checkpoint (`--work DIR` keeps the checkpoints in
 DIR/checkpoints), e.g. onnxruntime-genai's model builder in a transformers-5 environment:
-`python -m onnxruntime_genai.models.builder -i DIR/checkpoints/llama56m -o GENAI -p fp32 -e cpu`.
+`python -m onnxruntime_genai.models.builder -i DIR/checkpoints/llama56m -o GENAI -p fp32 -e cpu` (`-p int4`:
+MatMulNBits, 4 bits, block 32, symmetric, accuracy level 4, the embedding left fp32). `make anchor` builds that
+environment (.venv-genai: torch 2.13.0, transformers 5.23.0, onnxruntime-genai 0.18.0) and both graphs.
 """
 
 from __future__ import annotations
@@ -188,6 +191,7 @@ def main() -> None:
                         help="another tool's graph of MODEL's checkpoint (DIR/model.onnx, e.g. onnxruntime-genai's "
                              "model builder) measured in the same decode-step rounds")
     parser.add_argument("--export-only", action="store_true", help="export wall and peak RSS only")
+    parser.add_argument("--checkpoints-only", action="store_true", help="build the checkpoints in --work and stop")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = Path(args.work or tempfile.mkdtemp(prefix="optimum-dynamo-bench-"))
@@ -195,6 +199,9 @@ def main() -> None:
     print(f"# {datetime.date.today()} | {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()} | {versions()}")
     for name in args.models.split(","):
         checkpoint = build(name, root / "checkpoints")
+        if args.checkpoints_only:
+            print(f"{name}: {checkpoint}")
+            continue
         weights = weights_mb(checkpoint)
         rows = {}
         for label, flags in EXPORTS:
