@@ -23,7 +23,7 @@ from ..options import ExportOptions
 from ..validate import compare, gate, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
-from .onnx_optimize import contrib_ops, default_opset, optimize, share_input_dims, unfused
+from .onnx_optimize import FUSED_LEVELS, contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
 from .onnx_passes.quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
 
@@ -119,6 +119,11 @@ class OnnxExporter(Exporter):
     def optimize(self, ctx: ExportContext) -> None:
         for part in ctx.components:
             part.onnx_program.model = optimize_graph(part.onnx_program.model, ctx.options)
+            if ctx.options.optimize_level in FUSED_LEVELS:
+                model = part.onnx_program.model
+                logger.info("    fused: %s; not matched: %s (why: the manifest's `unfused`, or -v)",
+                            ", ".join(f"{k} {v}" for k, v in fused(model).items()) or "none",
+                            ", ".join(unfused(model)) or "none")
             graph = part.onnx_program.model.graph  # e.g. the encoder's states once the cross cache is given
             for value in [v for v in graph.inputs if v.name in part.drop_unused and not v.uses()]:
                 graph.inputs.remove(value)

@@ -20,7 +20,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from ..errors import ExportError
-from .onnx_passes import unfused
+from .onnx_passes import fused, unfused
 from .onnx_passes.group_query_attention import CONTRIB_DOMAIN, GroupQueryAttention
 from .onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from .onnx_passes.ort_fusions import OrtFusion
@@ -86,4 +86,4 @@ def contrib_ops(model: ir.Model) -> dict[str, int]:
 
 
 __all__ = ["ATTENTION_OPSET", "FUSED_LEVELS", "LEVELS", "check_level", "contrib_ops", "default_opset", "optimize",
-           "passes", "share_input_dims", "unfused"]
+           "fused", "passes", "share_input_dims", "unfused"]

@@ -12,12 +12,24 @@ import onnx_ir as ir
 logger = logging.getLogger(__name__)
 
 UNFUSED_KEY = "optimum_dynamo.unfused"  # model.meta: fusion name -> why it matched nothing
+FUSED_KEY = "optimum_dynamo.fused"  # model.meta: fusion name -> how many times it applied
+
+
+def note_fused(model: ir.Model, name: str, count: int) -> None:
+    """Record how many times the fusion `name` applied (the stage logs one summary line; -v: each)."""
+    model.meta.setdefault(FUSED_KEY, {})[name] = count
+    logger.debug("    fused %s: %d", name, count)
 
 
 def note_unfused(model: ir.Model, name: str, reason: str) -> None:
-    """Record (and log) why the fusion `name` matched nothing in `model`."""
+    """Record why the fusion `name` matched nothing in `model` (most fusions do not apply to a given model)."""
     model.meta.setdefault(UNFUSED_KEY, {})[name] = reason
-    logger.info("    not fused: %s (%s)", name, reason)
+    logger.debug("    not fused: %s (%s)", name, reason)
+
+
+def fused(model: ir.Model) -> dict[str, int]:
+    """The fusions that applied in `model`: name -> count."""
+    return dict(model.meta.get(FUSED_KEY, {}))
 
 
 def unfused(model: ir.Model) -> dict[str, str]:

@@ -17,14 +17,12 @@ serves every call. Token-major inputs are taken from before the heads-first resh
 
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 import onnx_ir as ir
 
-from . import note_unfused
+from . import note_fused, note_unfused
 
-logger = logging.getLogger(__name__)
 
 CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
 
@@ -53,7 +51,7 @@ class GroupQueryAttention(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         count, reason = fuse_group_query_attention(model)
         if count:
-            logger.info("    fused group_query_attention: %d", count)
+            note_fused(model, "group_query_attention", count)
         else:
             note_unfused(model, "group_query_attention", reason)
         return ir.passes.PassResult(model, count > 0)

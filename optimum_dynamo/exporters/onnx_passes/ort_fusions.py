@@ -8,13 +8,11 @@ embedding, its cos/sin cache, GELU, bias-GELU. onnxscript's attention fusions ar
 from __future__ import annotations
 
 import importlib
-import logging
 
 import onnx_ir as ir
 
-from . import note_unfused
+from . import note_fused, note_unfused
 
-logger = logging.getLogger(__name__)
 
 FUSIONS = {  # name -> (module of onnxscript.rewriter.ort_fusions, its fusion function)
     "erf_gelu": ("erfgelu", "fuse_erfgelu"),
@@ -41,7 +39,7 @@ class OrtFusion(ir.passes.InPlacePass):
         fuse = getattr(importlib.import_module(f"onnxscript.rewriter.ort_fusions.{module}"), function)
         count = fuse(model)
         if count:
-            logger.info("    fused %s: %d", self.name, count)
+            note_fused(model, self.name, count)
         else:
             note_unfused(model, self.name, why_not(fuse, model))
         return ir.passes.PassResult(model, count > 0)

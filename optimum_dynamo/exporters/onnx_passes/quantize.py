@@ -19,6 +19,8 @@ import onnx_ir as ir
 
 from .group_query_attention import CONTRIB_DOMAIN
 
+_FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
+_COLUMNS = 4096  # output columns quantized at a time
 SCHEMES = {"int4": 4, "int8": 8}
 _THROUGH = {"Add", "Mul", "Div", "Tanh", "Cast", "Reshape", "Identity", "Softcap", "Squeeze", "Unsqueeze"}
 
@@ -43,20 +45,42 @@ class Scheme:
                 **dataclasses.asdict(self)}
 
 
-def _constant_weight(node: ir.Node) -> np.ndarray | None:
-    """The [K, N] weight of a MatMul on a constant (a [1, ..., 1, K, N] one squeezed), else None."""
+def _constant_weight(node: ir.Node) -> tuple[ir.TensorProtocol, int, int] | None:
+    """(tensor, K, N) of a MatMul on a constant [K, N] (or [1, ..., 1, K, N]) float weight, else None."""
     if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2 or node.inputs[0] is None:
         return None
     weight = node.inputs[1]
     if weight is None or weight.const_value is None or not weight.is_initializer() or weight.is_graph_output():
         return None
-    shape = weight.const_value.shape
-    if len(shape) < 2 or any(d != 1 for d in shape[:-2]):
+    tensor = weight.const_value
+    shape = tensor.shape
+    if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or tensor.dtype not in _FLOATS:
         return None
-    array = weight.const_value.numpy()
-    if array.dtype not in (np.float32, np.float16):
-        return None
-    return np.ascontiguousarray(array.reshape(shape[-2], shape[-1]))  # the packer reads raw memory
+    return tensor, shape[-2], shape[-1]
+
+
+class _Blocks:
+    """One weight's block quantization, made when its packed weights or scales are first read (the save stage
+    writes them one at a time) and dropped once both were read: the quantized weights are never all in memory
+    beside the fp32 ones."""
+
+    def __init__(self, tensor: ir.TensorProtocol, quantizer):
+        self._tensor, self._quantizer, self._made, self._left = tensor, quantizer, None, set()
+
+    def part(self, index: int) -> ir.Tensor:
+        if self._made is None:
+            k, n = self._tensor.shape[-2:]
+            weight = self._tensor.numpy().reshape(k, n)
+            # blocks run along K, so columns quantize independently: a few at a time, each copied contiguous
+            # (the packer reads raw memory; folded weights are transposed views) -- no full-size copy at once
+            parts = [self._quantizer.qbits_block_quant(np.ascontiguousarray(weight[:, i:i + _COLUMNS]))[:2]
+                     for i in range(0, n, _COLUMNS)]
+            self._made, self._left = tuple(np.concatenate(p, axis=0) for p in zip(*parts)), {0, 1}
+        array = self._made[index]
+        self._left.discard(index)
+        if not self._left:
+            self._made = None
+        return ir.tensor(array)
 
 
 def head_matmuls(graph: ir.Graph) -> set[ir.Node]:
@@ -100,12 +124,12 @@ class QuantizeWeights(ir.passes.InPlacePass):
                 replaced = _gather(node, quantizer)
             else:
                 weight = _constant_weight(node)
-                if weight is None or weight.shape[0] < scheme.block_size:  # not a linear layer (rotary frequencies)
+                if weight is None or weight[1] < scheme.block_size:  # not a linear layer (rotary frequencies)
                     continue
                 if node in heads and not scheme.head:
                     self.kept.append(node.inputs[1].name)
                     continue
-                replaced = _matmul(node, weight, quantizer, scheme)
+                replaced = _matmul(node, *weight, quantizer, scheme)
             if replaced is None:
                 continue
             value = node.inputs[0 if node.op_type == "Gather" else 1]
@@ -122,10 +146,12 @@ class QuantizeWeights(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, bool(self.quantized))
 
 
-def _matmul(node: ir.Node, weight: np.ndarray, quantizer, scheme: Scheme) -> ir.Node:
-    packed, scales, _ = quantizer.qbits_block_quant(weight)
-    label = node.inputs[1].name
-    k, n = weight.shape
+def _matmul(node: ir.Node, tensor: ir.TensorProtocol, k: int, n: int, quantizer, scheme: Scheme) -> ir.Node:
+    blocks, label = _Blocks(tensor, quantizer), node.inputs[1].name
+    k_blocks = -(-k // scheme.block_size)
+    packed = ir.LazyTensor(lambda: blocks.part(0), dtype=ir.DataType.UINT8,
+                           shape=ir.Shape([n, k_blocks, scheme.block_size * scheme.bits // 8]))
+    scales = ir.LazyTensor(lambda: blocks.part(1), dtype=tensor.dtype, shape=ir.Shape([n, k_blocks]))
     return ir.node("MatMulNBits", [node.inputs[0], _constant(f"{label}_q{scheme.bits}", packed),
                                    _constant(f"{label}_scales", scales)],
                    domain=CONTRIB_DOMAIN, name=f"{node.name or label}_q{scheme.bits}",
