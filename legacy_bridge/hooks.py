@@ -56,3 +56,29 @@ def when_imported(name: str, callback, *, before: bool = False) -> None:
     (_before if before else _pending).setdefault(name, []).append(callback)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
+
+
+class MethodPatch:
+    """Methods of `module.cls` replaced once `module` is imported (`apply(cls, original)` replaces them and
+    records each original in the dict it is given), restored by `uninstall()`."""
+
+    def __init__(self, module: str, cls: str, apply):
+        self.module, self.cls, self.apply = module, cls, apply
+        self.enabled, self.original = False, {}
+
+    def install(self) -> None:
+        if not self.enabled:
+            self.enabled = True
+            when_imported(self.module, self._apply)
+
+    def _apply(self, module) -> None:
+        if self.enabled and not self.original:
+            self.apply(getattr(module, self.cls), self.original)
+
+    def uninstall(self) -> None:
+        self.enabled = False
+        module = sys.modules.get(self.module)
+        if module is not None:
+            for name, original in self.original.items():
+                setattr(getattr(module, self.cls), name, original)
+        self.original.clear()

@@ -9,34 +9,13 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from pathlib import Path
 
-from .hooks import when_imported
-
-_MODULE = "optimum.onnxruntime.optimization"
-_original: dict[str, object] = {}
-_enabled = False
+from .hooks import MethodPatch
 
 
-def _kept(sources, save_dir) -> list[tuple[Path, Path]]:
-    """(weights file, hard link beside it) for each source whose weights file lives outside `save_dir`."""
-    kept = []
-    for source in sources:
-        data = Path(f"{Path(source).as_posix()}_data")
-        if data.is_file() and data.parent.resolve() != Path(save_dir).resolve():
-            link = data.with_name(f".{data.name}.kept")
-            link.unlink(missing_ok=True)
-            os.link(data, link)
-            kept.append((data, link))
-    return kept
-
-
-def _patch(module) -> None:
-    cls = module.ORTOptimizer
-    if not _enabled or _original:
-        return
-    optimize = _original["optimize"] = cls.optimize
+def _patch(cls, original: dict) -> None:
+    optimize = original["optimize"] = cls.optimize
 
     @functools.wraps(optimize)
     def wrapped(self, optimization_config, save_dir, *args, **kwargs):
@@ -53,17 +32,18 @@ def _patch(module) -> None:
     cls.optimize = wrapped
 
 
-def install() -> None:
-    global _enabled
-    if not _enabled:
-        _enabled = True
-        when_imported(_MODULE, _patch)
+def _kept(sources, save_dir) -> list[tuple[Path, Path]]:
+    """(weights file, hard link beside it) for each source whose weights file lives outside `save_dir`."""
+    kept = []
+    for source in sources:
+        data = Path(f"{Path(source).as_posix()}_data")
+        if data.is_file() and data.parent.resolve() != Path(save_dir).resolve():
+            link = data.with_name(f".{data.name}.kept")
+            link.unlink(missing_ok=True)
+            os.link(data, link)
+            kept.append((data, link))
+    return kept
 
 
-def uninstall() -> None:
-    global _enabled
-    _enabled = False
-    module = sys.modules.get(_MODULE)
-    if module is not None and "optimize" in _original:
-        module.ORTOptimizer.optimize = _original["optimize"]
-    _original.clear()
+PATCH = MethodPatch("optimum.onnxruntime.optimization", "ORTOptimizer", _patch)
+install, uninstall = PATCH.install, PATCH.uninstall

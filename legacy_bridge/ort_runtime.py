@@ -18,15 +18,11 @@
 
 from __future__ import annotations
 
-import sys
-
 from . import ort_states, positions
-from .hooks import when_imported
+from .hooks import MethodPatch
 
 _MODULE = "optimum.onnxruntime.modeling_decoder"
 _CACHE_INPUT = "past_key_values.0.key"
-_original: dict[str, object] = {}
-_enabled = False
 
 
 def cache_dims(model) -> tuple[int | None, int | None]:
@@ -108,12 +104,9 @@ def _past_length(past_key_values) -> int:
     return past_key_values[0][1].shape[-2] if past_key_values is not None else 0
 
 
-def _patch(module) -> None:
+def _patch(cls, _original: dict) -> None:
     import functools
 
-    cls = module.ORTModelForCausalLM
-    if not _enabled or _original:
-        return
     init, forward = _original["__init__"], _original["forward"] = cls.__init__, cls.forward
 
     @functools.wraps(init)
@@ -157,20 +150,5 @@ def _patch(module) -> None:
     cls.__init__, cls.forward, cls.prepare_inputs_for_generation = __init__, wrapped_forward, prepare_inputs_for_generation
 
 
-def install() -> None:
-    global _enabled
-    if not _enabled:
-        _enabled = True
-        when_imported(_MODULE, _patch)
-
-
-def uninstall() -> None:
-    """Restore the original methods (models built before keep their fixed sizes)."""
-    global _enabled
-    _enabled = False
-    module = sys.modules.get(_MODULE)
-    if module is not None:
-        for name, original in _original.items():
-            setattr(module.ORTModelForCausalLM, name, original)
-    _original.clear()
-
+PATCH = MethodPatch(_MODULE, "ORTModelForCausalLM", _patch)
+install, uninstall = PATCH.install, PATCH.uninstall  # uninstall: models built before keep their fixed sizes
