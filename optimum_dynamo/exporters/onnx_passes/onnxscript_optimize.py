@@ -14,28 +14,29 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 
+# onnxscript 0.7.2's default rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0`; a name another
+# onnxscript version lacks is skipped, not an error
+DEFAULT_RULES = (
+    "div_by_1_rule", "dropout_zero_rule", "dropout_inference_rule", "two_reshapes_matmul_reshape_rule",
+    "one_reshape_matmul_reshape_rule", "cast_constant_of_shape_rule", "cast_constant_of_shape_without_value_rule",
+    "collapse_slice_rule", "collapse_slice2_rule", "materialize_reshape_shape_rule", "min_min_rule", "max_max_rule",
+    "min_max_rule", "max_min_rule", "successive_clip_relu_rule", "successive_relu_clip_rule", "successive_relu_rule",
+    "successive_clip_rule", "cast_cast_rule", "no_op_cast_rule", "no_op_expand_rule", "flatten_to_reshape_rule",
+    "reshape_reshape_rule", "slice_split_rule", "no_op_transpose_rule", "transpose_transpose_rule",
+    "unsqueeze_unsqueeze_rule", "squeeze_reshape_1d_rule", "no_op_dynamic_scatter_nd_rule",
+    "no_op_static_scatter_nd_rule", "normalize_pad_format_conv_rule", "normalize_pad_format_conv_integer_rule",
+    "fuse_pad_into_conv_rule", "fuse_pad_into_conv_integer_rule", "fuse_batchnorm_into_conv_rule",
+    "fuse_batchnorm_into_conv_transpose_rule", "fuse_batchnorm_into_gemm_rule",
+    "remove_optional_bias_from_conv_rule", "remove_optional_bias_from_conv_transpose_rule",
+    "remove_optional_bias_from_qlinear_conv_rule", "remove_optional_bias_from_gemm_rule",
+)
+
+
 def rewrite_rules() -> list:
-    """onnxscript's default rewrite rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0`."""
+    """onnxscript's default rewrite rules without `x + 0` / `x - 0` (`x * 1` both ways first, as its list)."""
     from onnxscript.rewriter.rules import common as r
 
-    return [
-        *r.mul_by_1_rule.commute(), r.div_by_1_rule, r.dropout_zero_rule, r.dropout_inference_rule,
-        r.two_reshapes_matmul_reshape_rule, r.one_reshape_matmul_reshape_rule,
-        r.cast_constant_of_shape_rule, r.cast_constant_of_shape_without_value_rule,
-        r.collapse_slice_rule, r.collapse_slice2_rule,
-        r.materialize_reshape_shape_rule,
-        r.min_min_rule, r.max_max_rule, r.min_max_rule, r.max_min_rule,
-        r.successive_clip_relu_rule, r.successive_relu_clip_rule, r.successive_relu_rule, r.successive_clip_rule,
-        r.cast_cast_rule, r.no_op_cast_rule, r.no_op_expand_rule, r.flatten_to_reshape_rule, r.reshape_reshape_rule,
-        r.slice_split_rule, r.no_op_transpose_rule, r.transpose_transpose_rule, r.unsqueeze_unsqueeze_rule,
-        r.squeeze_reshape_1d_rule,
-        r.no_op_dynamic_scatter_nd_rule, r.no_op_static_scatter_nd_rule,
-        r.normalize_pad_format_conv_rule, r.normalize_pad_format_conv_integer_rule, r.fuse_pad_into_conv_rule,
-        r.fuse_pad_into_conv_integer_rule,
-        r.fuse_batchnorm_into_conv_rule, r.fuse_batchnorm_into_conv_transpose_rule, r.fuse_batchnorm_into_gemm_rule,
-        r.remove_optional_bias_from_conv_rule, r.remove_optional_bias_from_conv_transpose_rule,
-        r.remove_optional_bias_from_qlinear_conv_rule, r.remove_optional_bias_from_gemm_rule,
-    ]
+    return [*r.mul_by_1_rule.commute(), *(getattr(r, name) for name in DEFAULT_RULES if hasattr(r, name))]
 
 
 class FoldConstants(ir.passes.InPlacePass):
