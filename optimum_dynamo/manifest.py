@@ -36,7 +36,7 @@ def component_record(part, files: list[str], static_axes: dict | None = None) ->
         "contrib_ops": part.contrib_ops,
         "unfused": part.unfused,
         "discrepancies": as_dicts(part.discrepancies),
-        **({"quantization": part.quantization} if getattr(part, "quantization", None) else {}),
+        **({"quantization": part.quantization} if part.quantization else {}),
     }
 
 

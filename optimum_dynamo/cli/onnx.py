@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import flags
 from ..errors import ExportError, describe
 from ..migration import ENV, torchscript_chosen
+from ..options import QUANTIZE
 from .arguments import Option, add_options, defaults
 from .driver import Command, run
 from .wrap import wrap_command
@@ -26,7 +27,7 @@ OPTIONS = (
                             "(load it with optimum_dynamo.load_program).")),
     Option(("--aoti",), dict(action="store_true", help="With --dynamo: also write an AOTInductor package, "
                              "model_aoti.pt2 (compiled C++; load it with optimum_dynamo.load_package).")),
-    Option(("--quantize",), dict(choices=("int4", "int8"), default=None, help="With --dynamo: store the weights of "
+    Option(("--quantize",), dict(choices=QUANTIZE, default=None, help="With --dynamo: store the weights of "
                                  "the linear layers in 4 or 8 bits (onnxruntime MatMulNBits, blocks of 32, symmetric), "
                                  "after --optimize; validated against the fp32 graph. Decoder tasks.")),
     Option(("--quantize-head",), dict(action=argparse.BooleanOptionalAction, default=True, help="With --quantize: "

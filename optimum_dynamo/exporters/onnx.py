@@ -20,7 +20,7 @@ from ..flatten import flat_outputs
 from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..options import ExportOptions
-from ..validate import compare, gate, references, table
+from ..validate import compare, gate, quantized, references, table
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import FUSED_LEVELS, contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 ONNX_FILE = "model.onnx"
 ONNX_DATA = "model.onnx_data"  # optimum's name for external weights
 FP32_DIR = ".fp32"  # in staging: the graph before --quantize, for validation (removed after it)
-LOGITS = "logits"
 
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
@@ -131,8 +130,8 @@ class OnnxExporter(Exporter):
     @stage("quantize weights", when=lambda options: options.quantize)
     def quantize(self, ctx: ExportContext) -> None:
         for part in ctx.components:
-            if LOGITS not in part.output_names:
-                raise ExportError(f"--quantize: the graph has no {LOGITS!r} output to validate the quantized "
+            if quantized.LOGITS not in part.output_names:
+                raise ExportError(f"--quantize: the graph has no {quantized.LOGITS!r} output to validate the quantized "
                                   "weights by (decoder and classification tasks); drop --quantize")
             model = part.onnx_program.model
             if ctx.options.validate:  # the fp32 graph, to validate before and compare with after
@@ -167,10 +166,12 @@ class OnnxExporter(Exporter):
             path, label = ctx.staging / onnx_files(part)[0], self.graph_label(ctx, part)
             session = GraphInputs if part.drop_unused else None
             if part.quantization:  # the fp32 graph is validated as usual, the quantized one against it
-                fp32 = ctx.staging / FP32_DIR / onnx_files(part)[0]
+                fp32 = open_session(ctx.staging / FP32_DIR / onnx_files(part)[0])
                 part.discrepancies = validate_graph(fp32, found, part.arguments, part.output_names, ctx.options,
                                                     label, session)
-                part.quantization["validation"] = validate_quantized(path, fp32, found, part.arguments,
+                reference = quantized.logits_of(fp32, found, part.arguments.input_names)
+                del fp32  # memory: one session at a time
+                part.quantization["validation"] = validate_quantized(path, reference, found, part.arguments,
                                                                      part.quantization["bits"], label)
             else:
                 part.discrepancies = validate_graph(path, found, part.arguments, part.output_names, ctx.options,
@@ -255,13 +256,18 @@ def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options
         slim(path, Path(files[1]).name)
 
 
-def validate_graph(path: Path, cases, arguments, output_names, options: ExportOptions, graph: str = "",
-                   session=None) -> list:
-    """onnxruntime vs PyTorch on the captured calls (`validate.references`): the table logged, --atol enforced.
-    `session(ort_session)`: a wrapper feeding the session (e.g. only the inputs its graph kept)."""
+def open_session(path: Path):
     import onnxruntime as ort
 
-    loaded = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def validate_graph(source, cases, arguments, output_names, options: ExportOptions, graph: str = "",
+                   session=None) -> list:
+    """onnxruntime vs PyTorch on the captured calls (`validate.references`): the table logged, --atol enforced.
+    `source`: the graph's path or an open session; `session(ort_session)`: a wrapper feeding the session (e.g.
+    only the inputs its graph kept)."""
+    loaded = source if hasattr(source, "run") else open_session(source)
     rows = compare(session(loaded) if session else loaded, cases, arguments, output_names)
     logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(cases), table(rows))
     gate(rows, options.atol, options.dtype, graph)
@@ -276,15 +282,10 @@ def quantize_weights(model: ir.Model, options: ExportOptions) -> dict:
     return {**scheme.record(), "quantized": len(done.quantized), "kept": done.kept}
 
 
-def validate_quantized(path: Path, fp32: Path, cases, arguments, bits: int, graph: str = "") -> list[dict]:
-    """The quantized graph's logits against its fp32 graph (gated: `validate.quantized`) and PyTorch."""
-    import onnxruntime as ort
-
-    from ..validate import quantized
-
-    names = arguments.input_names
-    reference = quantized.logits_of(ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]), cases, names)
-    got = quantized.logits_of(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), cases, names)
+def validate_quantized(path: Path, reference, cases, arguments, bits: int, graph: str = "") -> list[dict]:
+    """The quantized graph's logits against its fp32 graph's (`reference`, gated: `validate.quantized`) and
+    PyTorch's."""
+    got = quantized.logits_of(open_session(path), cases, arguments.input_names)
     torch_logits = [expected[quantized.LOGITS].float().numpy() for _, expected in cases]
     rows = [quantized.agreement("fp32 graph", got, reference, cases),
             quantized.agreement("PyTorch", got, torch_logits, cases)]

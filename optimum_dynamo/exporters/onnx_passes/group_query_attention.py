@@ -17,12 +17,10 @@ serves every call. Token-major inputs are taken from before the heads-first resh
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx_ir as ir
 
 from . import note_fused, note_unfused
-
 
 CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
 

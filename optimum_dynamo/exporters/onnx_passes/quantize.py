@@ -22,7 +22,7 @@ from .group_query_attention import CONTRIB_DOMAIN
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
 _COLUMNS = 4096  # output columns quantized at a time
 SCHEMES = {"int4": 4, "int8": 8}
-_THROUGH = {"Add", "Mul", "Div", "Tanh", "Cast", "Reshape", "Identity", "Softcap", "Squeeze", "Unsqueeze"}
+_THROUGH = {"Add", "Mul", "Div", "Tanh", "Cast", "Reshape", "Identity", "Squeeze", "Unsqueeze"}
 
 
 @dataclasses.dataclass(frozen=True)
