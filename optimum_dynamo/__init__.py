@@ -14,7 +14,7 @@ install()
 # The Python API, imported on first use (torch is not imported by `import optimum_dynamo`).
 _API = {
     "observe": "optimum_dynamo.capture",
-    "InputObserver": "optimum_dynamo.capture",
+    "InputObserver": "optimum_dynamo.input_observer",
     "infer_arguments": "optimum_dynamo.capture",
     "export_observed": "optimum_dynamo.exporters",
     "export_onnx": "optimum_dynamo.exporters",

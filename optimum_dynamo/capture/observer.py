@@ -11,8 +11,10 @@ call happens (caches are updated in place by later calls).
 from __future__ import annotations
 
 import inspect
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import torch
@@ -37,22 +39,25 @@ def snapshot(value: Any) -> Any:
 class Call:
     kwargs: dict[str, Any]
     outputs: Any = None
+    positional: int = 0  # how many arguments came by position (the first ones of `kwargs`)
+    seconds: float = 0.0  # time spent in the call
 
 
 @dataclass
 class InputObserver:
-    """Hooks `module.forward`; a context manager. `max_calls=None` keeps every call."""
+    """Hooks `module.forward` (or wraps another `method`); a context manager. `max_calls=None` keeps every call."""
 
     module: torch.nn.Module
     name: str = "model"
     max_calls: int | None = None
     calls: list[Call] = field(default_factory=list)
     dropped: int = 0
+    method: str = "forward"
     _handles: list = field(default_factory=list, repr=False)
     _pending: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
-        self._signature = inspect.signature(self.module.forward)
+        self._signature = inspect.signature(getattr(self.module, self.method))
 
     def _pre_hook(self, module, args, kwargs):
         bound = self._signature.bind_partial(*args, **kwargs)
@@ -63,20 +68,38 @@ class InputObserver:
                 named.update(value)
             elif param.kind is not param.VAR_POSITIONAL:
                 named[key] = value
-        self._pending.append(snapshot(named))
+        self._pending.append((snapshot(named), len(args), time.perf_counter()))
 
     def _hook(self, module, args, kwargs, output):
-        named = self._pending.pop()
+        named, positional, start = self._pending.pop()
+        seconds = time.perf_counter() - start
         if self.max_calls is not None and len(self.calls) >= self.max_calls:
             self.dropped += 1
             return
-        self.calls.append(Call(named, snapshot(output)))
+        self.calls.append(Call(named, snapshot(output), positional, seconds))
+
+    def _wrapped(self, method):
+        def recorded(*args, **kwargs):
+            self._pre_hook(self.module, args, kwargs)
+            output = method(*args, **kwargs)
+            self._hook(self.module, args, kwargs, output)
+            return output
+
+        recorded.__signature__ = self._signature  # callers may inspect it (generate inspects forward)
+        return recorded
 
     def __enter__(self) -> InputObserver:
-        self._handles = [
-            self.module.register_forward_pre_hook(self._pre_hook, with_kwargs=True),
-            self.module.register_forward_hook(self._hook, with_kwargs=True),
-        ]
+        if self.method == "forward":
+            self._handles = [
+                self.module.register_forward_pre_hook(self._pre_hook, with_kwargs=True),
+                self.module.register_forward_hook(self._hook, with_kwargs=True),
+            ]
+        else:
+            own = self.method in vars(self.module)
+            method = getattr(self.module, self.method)
+            setattr(self.module, self.method, self._wrapped(method))
+            restore = (lambda: setattr(self.module, self.method, method)) if own else (lambda: delattr(self.module, self.method))
+            self._handles = [SimpleNamespace(remove=restore)]
         return self
 
     def __exit__(self, *exc) -> None:
