@@ -12,7 +12,6 @@ from optimum_dynamo.exporters.onnx_passes.group_query_attention import GroupQuer
 from optimum_dynamo.exporters.onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from optimum_dynamo.exporters.onnx_passes.ort_fusions import OrtFusion
 from optimum_dynamo.exporters.onnx_passes.pack_matmuls import PackMatmuls
-from optimum_dynamo.exporters.onnx_passes.packed_attention import PackAttentionInputs
 from optimum_dynamo.exporters.onnx_passes.shapes import SimplifyShapes
 from optimum_dynamo.exporters.onnx_passes.share_input_dims import ShareInputDims
 from optimum_dynamo.exporters.onnx_passes.unpack_vocab import WIDE_OUTPUT, UnpackVocab
@@ -25,13 +24,11 @@ def _input(name, shape, dtype=FLOAT):
     return ir.Value(name=name, shape=ir.Shape(shape), type=ir.TensorType(dtype))
 
 
-def _model(build, inputs, opset=23, contrib=False):
-    """`build(tape, *inputs)` -> outputs: a model of those nodes (`contrib`: onnxruntime's ops too), shapes
-    inferred."""
+def _model(build, inputs, opset=23):
+    """`build(tape, *inputs)` -> outputs: a model of those nodes, shapes inferred."""
     tape = ir.tape.Tape()
     outputs = build(tape, *inputs)
-    graph = ir.Graph(inputs, outputs, nodes=tape.nodes, initializers=tape.initializers,
-                     opset_imports={"": opset, **({"com.microsoft": 1} if contrib else {})})
+    graph = ir.Graph(inputs, outputs, nodes=tape.nodes, initializers=tape.initializers, opset_imports={"": opset})
     model = ir.Model(graph, ir_version=10)
     common_passes.ShapeInferencePass()(model)
     return model
@@ -209,102 +206,6 @@ def test_group_query_attention_says_why_it_did_not_fuse():
     model = _model(build, _attention_inputs(grown=False))
     assert not GroupQueryAttention()(model).modified and _ops(model) == ["Attention"]
     assert unfused(model)["group_query_attention"].startswith("attention is not over a grown cache")
-
-
-ROTARY_DIM = 16  # GroupQueryAttention's CPU kernel rotates heads of a multiple of 16
-HIDDEN = 8
-
-
-def _rotary_attention(t, x, past_key, past_value, mask, positions, cos, sin):
-    """A decoder's attention as the fusions leave it: one packed q/k/v projection split in three, heads-first,
-    rotary embeddings on q and k, the cache grown by Concat, ONNX Attention."""
-    widths = [HEADS * ROTARY_DIM, KV_HEADS * ROTARY_DIM, KV_HEADS * ROTARY_DIM]
-    weight = _const(t, RNG.standard_normal((HIDDEN, sum(widths)), dtype=np.float32), "qkv_weight")
-    parts = t.op_multi_out("Split", [t.op("MatMul", [x, weight]), _const(t, np.array(widths), "sizes")], {"axis": -1},
-                           num_outputs=3)
-    heads_first = []
-    for part, heads in zip(parts, (HEADS, KV_HEADS, KV_HEADS)):
-        split = t.op("Reshape", [part, _const(t, np.array([0, 0, heads, ROTARY_DIM]), f"shape{heads}")])
-        heads_first.append(t.op("Transpose", [split], {"perm": [0, 2, 1, 3]}))
-    q, k = (t.op("RotaryEmbedding", [x_, positions, cos, sin], {"num_heads": h}, domain="com.microsoft")
-            for x_, h in zip(heads_first, (HEADS, KV_HEADS)))
-    return _attention(t, q, k, heads_first[2], past_key, past_value, mask)
-
-
-def _rotary_model():
-    inputs = [_input("x", ["batch", "sequence", HIDDEN]),
-              *(_input(n, ["batch", KV_HEADS, "past", ROTARY_DIM]) for n in ("past_key", "past_value")),
-              _input("mask", ["batch", 1, "sequence", "total"]), _input("positions", ["batch", "sequence"],
-                                                                       ir.DataType.INT64),
-              _input("cos", ["max", ROTARY_DIM // 2]), _input("sin", ["max", ROTARY_DIM // 2])]
-    model = _model(_rotary_attention, inputs, contrib=True)
-    for node in model.graph:  # onnx's shape inference does not know onnxruntime's ops
-        if node.op_type == "RotaryEmbedding":
-            node.outputs[0].shape, node.outputs[0].type = node.inputs[0].shape, node.inputs[0].type
-    return model
-
-
-def _rotary_feed(batch, sequence, past, padding=(1, 0), cache=64):
-    """Rows left-padded by `padding` tokens; positions count real tokens; a cos/sin cache of `cache` rows."""
-    feed = {"x": RNG.standard_normal((batch, sequence, HIDDEN), dtype=np.float32)}
-    for name in ("past_key", "past_value"):
-        feed[name] = RNG.standard_normal((batch, KV_HEADS, past, ROTARY_DIM), dtype=np.float32)
-    keep = np.tril(np.ones((sequence, past + sequence), bool), k=past)[None, None].repeat(batch, 0)
-    real = np.ones((batch, past + sequence), bool)
-    for row, pad in zip(range(batch), padding):
-        keep[row, :, :, :pad], real[row, :pad] = False, False
-    feed["mask"] = np.where(keep, 0, np.finfo(np.float32).min).astype(np.float32)
-    feed["positions"] = np.maximum(real.cumsum(-1) - 1, 0)[:, past:].astype(np.int64)
-    angles = np.arange(cache)[:, None] / 10000 ** (np.arange(0, ROTARY_DIM, 2) / ROTARY_DIM)
-    feed["cos"], feed["sin"] = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-    return feed
-
-
-ROTARY_FEEDS = {  # GroupQueryAttention rotates only decode steps over a cache (on an empty one it ignores the
-    "decode": (2, 1, 5), "one row continuing": (1, 3, 5),  # positions) and needs a cache as long as the sequence
-    "prefill": (2, 4, 0), "two rows continuing": (2, 3, 5), "short cos/sin cache": (2, 1, 5, (2, 1), 5)}
-
-
-def _branches(graph):
-    return [{name: [n.op_type for n in attribute.value] for name, attribute in node.attributes.items()}
-            for node in graph if node.op_type == "If"]
-
-
-def test_group_query_attention_rotates():
-    """Rotary embeddings move into GroupQueryAttention (`do_rotary`, the graph's positions) on the steps its
-    kernel rotates exactly; every other call rotates first, then takes the previous If: same outputs."""
-    model = _rotary_model()
-    feeds = {label: _rotary_feed(*dims) for label, dims in ROTARY_FEEDS.items()}
-    before = {label: _run(model, feed) for label, feed in feeds.items()}
-    _apply(GroupQueryAttention(), model, feeds["decode"], atol=1e-5)
-    for label, feed in feeds.items():
-        for expected, got in zip(before[label], _run(model, feed), strict=True):
-            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0, err_msg=label)
-    (outer,) = [n for n in model.graph if n.op_type == "If"]
-    fused = outer.attributes["then_branch"].value[0]
-    assert fused.attributes["do_rotary"].value == 1 and fused.inputs[9].name == "positions"
-    assert _branches(model.graph) == [{"then_branch": ["GroupQueryAttention"],
-                                       "else_branch": ["RotaryEmbedding", "RotaryEmbedding", "If"]}]
-    assert _branches(outer.attributes["else_branch"].value) == [
-        {"then_branch": ["GroupQueryAttention"], "else_branch": ["Attention"]}]
-
-
-def test_pack_attention_inputs():
-    """GroupQueryAttention reads the packed q/k/v; the Split moves into the branch that reads its parts."""
-    model = _rotary_model()
-    feeds = {label: _rotary_feed(*dims) for label, dims in ROTARY_FEEDS.items()}
-    before = {label: _run(model, feed) for label, feed in feeds.items()}
-    GroupQueryAttention()(model)
-    common_passes.RemoveUnusedNodesPass()(model)  # as the level's next optimize does
-    _apply(PackAttentionInputs(), model, feeds["decode"], atol=1e-5)
-    for label, feed in feeds.items():
-        for expected, got in zip(before[label], _run(model, feed), strict=True):
-            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0, err_msg=label)
-    assert "Split" not in _ops(model)
-    (outer,) = [n for n in model.graph if n.op_type == "If"]
-    fused = outer.attributes["then_branch"].value[0]
-    assert fused.inputs[0].producer().op_type == "MatMul" and fused.inputs[1] is None and fused.inputs[2] is None
-    assert [n.op_type for n in outer.attributes["else_branch"].value][0] == "Split"
 
 
 def test_levels_and_extra_passes():

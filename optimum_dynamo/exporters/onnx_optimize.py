@@ -22,7 +22,6 @@ import onnx_ir.passes.common as common_passes
 from ..errors import ExportError
 from .onnx_passes import fused, unfused
 from .onnx_passes.group_query_attention import CONTRIB_DOMAIN, GroupQueryAttention
-from .onnx_passes.packed_attention import PackAttentionInputs
 from .onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from .onnx_passes.ort_fusions import OrtFusion
 from .onnx_passes.pack_matmuls import PackMatmuls
@@ -69,9 +68,7 @@ def passes(level: str | None) -> list[ir.passes.PassBase]:
             ShareInputDims(),  # the attention fusion reads input dims again
             OnnxscriptOptimize(),
         ]
-    packed = [PackAttentionInputs()] if level in FUSED_LEVELS else []  # after packing: it reads the packed q/k/v
-    return [OnnxscriptOptimize(), SimplifyShapes(), OnnxscriptOptimize(), *fusions, PackMatmuls(), *packed,
-            UnpackVocab()]
+    return [OnnxscriptOptimize(), SimplifyShapes(), OnnxscriptOptimize(), *fusions, PackMatmuls(), UnpackVocab()]
 
 
 def optimize(model: ir.Model, level: str | None = None, extra: Sequence[ir.passes.PassBase] = ()) -> ir.Model:

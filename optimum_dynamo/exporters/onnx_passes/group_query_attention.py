@@ -13,12 +13,6 @@ batch of several rows continuing by several tokens over a non-empty cache (prefi
 decoding); an `If` sends that case to the standard `Attention` with the cache inputs, so the graph still
 serves every call. Token-major inputs are taken from before the heads-first reshape when the graph has one
 (rotary embeddings then run token-major too); otherwise transposed.
-
-Where onnxruntime's `RotaryEmbedding` rotates q and k over whole heads of a multiple of 16, GroupQueryAttention
-rotates them itself (`do_rotary`, with the graph's positions and cos/sin cache) on the calls its kernel rotates
-exactly: a non-empty cache (on an empty one it rotates at 0, 1, ... whatever the positions: wrong for
-left-padded rows) with one row or one new token, and a cos/sin cache as long as the sequence. An outer `If`
-sends every other call to the rotary embeddings, then to the choice above.
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ def fuse_group_query_attention(model: ir.Model) -> tuple[int, str]:
         if isinstance(found, str):
             reasons.append(found)
             continue
-        _rewrite(graph, node, shared, count, *found)
+        _rewrite(graph, node, shared, *found)
         count += 1
     if count:
         model.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
@@ -106,9 +100,9 @@ def _const(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     return graph.initializers[name]
 
 
-def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, index: int, heads: int, kv_heads: int, head_dim: int,
-             key_cache, value_cache):
-    """`shared`: lengths and conditions computed once per cache dims (inputs of equally named dims have equal
+def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, heads: int, kv_heads: int, head_dim: int, key_cache,
+             value_cache):
+    """`shared`: lengths and condition computed once per cache dims (inputs of equally named dims have equal
     sizes), the bias once per mask."""
     query, mask = node.inputs[0], node.inputs[3]
     key_concat, past_key, key = key_cache
@@ -121,15 +115,12 @@ def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, index: int, heads: in
         return made.outputs if outputs > 1 else made.outputs[0]
 
     one = _const(graph, "gqa_one", np.array([1], dtype=np.int64))
-    zero = _const(graph, "gqa_zero", np.array([0], dtype=np.int64))
     token_major = _const(graph, "gqa_token_major", np.array([0, 0, -1], dtype=np.int64))
-    rotaries = _rotaries(query, key, head_dim)
-    rotated: list[ir.Node] = []  # the rotary embeddings, in the branch that does not fuse them
-    if rotaries:
-        q, k = (_rotate(rotary, heads_, rotated) for rotary, heads_ in zip(rotaries, (heads, kv_heads)))
-    else:
-        q, k = _token_major(query, heads, new, token_major), _token_major(key, kv_heads, new, token_major)
-    v = _token_major(value, kv_heads, new, token_major)
+
+    def tokens(x: ir.Value, count: int) -> ir.Value:
+        return _token_major(x, count, op, token_major)
+
+    q, k, v = tokens(query, heads), tokens(key, kv_heads), tokens(value, kv_heads)
     # lengths and the kernel choice depend on the cache's dims only (a mask's query length is the same in every
     # layer); the bias on the mask (sliding and full layers have their own)
     cache_dims = tuple(str(d) for d in past_key.shape) if past_key.is_graph_input() and past_key.shape else id(past_key)
@@ -141,14 +132,14 @@ def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, index: int, heads: in
         lengths = op("Cast", [op("Expand", [op("Sub", [total, one]), batch])], to=ir.DataType.INT32)
         total_scalar = op("Cast", [op("Squeeze", [total])], to=ir.DataType.INT32)
         # GroupQueryAttention's CPU kernel serves one row, one new token or an empty cache
-        single = op("Or", [op("Equal", [batch, one]), op("Equal", [new_tokens, one])])
-        served = op("Or", [single, op("Equal", [past, zero])])
-        shared[cache_dims] = lengths, total_scalar, served, single, past, total
+        served = op("Or", [op("Or", [op("Equal", [batch, one]), op("Equal", [new_tokens, one])]),
+                           op("Equal", [past, _const(graph, "gqa_zero", np.array([0], dtype=np.int64))])])
+        shared[cache_dims] = lengths, total_scalar, served
     if id(mask) not in shared:
         shared[id(mask)] = mask if mask.dtype == ir.DataType.FLOAT else op("Where", [
             mask, _const(graph, "gqa_keep", np.array(0.0, dtype=np.float32)),
             _const(graph, "gqa_drop", np.array(np.finfo(np.float32).min, dtype=np.float32))])
-    (lengths, total_scalar, served, single, past, total), bias = shared[cache_dims], shared[id(mask)]
+    (lengths, total_scalar, served), bias = shared[cache_dims], shared[id(mask)]
     options = {k: node.attributes[k].value for k in ("scale", "softcap") if k in node.attributes}
     fused = ir.node("GroupQueryAttention", [q, k, v, past_key, past_value, lengths, total_scalar, None, None, None,
                                             bias], attributes=dict(num_heads=heads, kv_num_heads=kv_heads, **options),
@@ -156,112 +147,40 @@ def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, index: int, heads: in
     standard = ir.node("Attention", [q, k, v, mask, past_key, past_value],
                        attributes=dict(q_num_heads=heads, kv_num_heads=kv_heads, **options), num_outputs=3)
     q_dims = _dims(query)
-    outputs = [ir.Shape([q_dims[0], q_dims[2], heads * head_dim]), key_concat.outputs[0].shape,
-               value_concat.outputs[0].shape]
-    name = node.name or f"attention_{index}"
-    chosen = _choice(served, [fused], [standard], outputs, query.type, name)
-    if rotaries:
-        # GroupQueryAttention rotates q and k at the given positions itself, except on an empty cache (it then
-        # rotates at 0, 1, ...: wrong for left-padded rows) and with a cos/sin cache shorter than the sequence
-        positions, cos, sin = rotaries[0].inputs[1:4]
-        if (cache_dims, id(cos)) not in shared:
-            long_enough = op("GreaterOrEqual", [op("Shape", [cos], start=0, end=1), total])
-            shared[cache_dims, id(cos)] = op("And", [op("And", [single, op("Greater", [past, zero])]), long_enough])
-        source_q, source_k = (_before_heads_first(rotary.inputs[0]) for rotary in rotaries)
-        interleaved = rotaries[0].attributes.get_int("interleaved", 0)
-        rotating = ir.node("GroupQueryAttention", [source_q, source_k, v, past_key, past_value, lengths, total_scalar,
-                                                   cos, sin, positions, bias], domain=CONTRIB_DOMAIN, num_outputs=3,
-                           attributes=dict(num_heads=heads, kv_num_heads=kv_heads, do_rotary=1,
-                                           rotary_interleaved=interleaved, **options))
-        chosen = _choice(shared[cache_dims, id(cos)], [rotating], [*rotated, chosen], outputs, query.type,
-                         f"{name}_rotary")
-    new.append(chosen)
-    attended, present_key, present_value = chosen.outputs
+    for inner in (fused, standard):  # subgraph outputs carry their types
+        inner.outputs[0].shape = ir.Shape([q_dims[0], q_dims[2], heads * head_dim])
+        for output, concat in zip(inner.outputs[1:], (key_concat, value_concat)):
+            output.shape = concat.outputs[0].shape
+        for output in inner.outputs:
+            output.type = query.type
+    branches = {name: ir.Graph([], list(inner.outputs), nodes=[inner], name=f"{node.name or 'attention'}_{name}")
+                for name, inner in (("then_branch", fused), ("else_branch", standard))}
+    attended, present_key, present_value = op("If", [served], outputs=3, **branches)
+    attended.shape, attended.type = fused.outputs[0].shape, query.type
     graph.insert_before(node, new)
     _replace_heads_first(graph, node, node.outputs[0], attended, heads, head_dim)
     for concat, present in ((key_concat, present_key), (value_concat, present_value)):
         old = concat.outputs[0]
-        kept, old.name = old.name, None
+        present.shape, present.type = old.shape, old.type
+        name, old.name = old.name, None
         old.replace_all_uses_with(present, replace_graph_outputs=True)
-        present.name = kept
+        present.name = name
     # the replaced nodes are left unused: the optimizer's dead-code removal takes them out
 
 
-def _choice(condition: ir.Value, then_nodes: list[ir.Node], else_nodes: list[ir.Node], shapes: list[ir.Shape],
-            type_: ir.TypeProtocol, name: str) -> ir.Node:
-    """If(condition) over two branches, each ending in a node with the three attention outputs."""
-    outputs = []
-    for key, branch in (("then", then_nodes), ("else", else_nodes)):
-        for i, value in enumerate(v for node in branch for v in node.outputs if v.name is None):
-            value.name = f"{name}_{key}_{i}"  # unique in the model: a subgraph names its values on its own
-        outputs.append(list(branch[-1].outputs))
-        for output, shape in zip(outputs[-1], shapes):  # subgraph outputs carry their types
-            output.shape, output.type = shape, type_
-    branches = {key: ir.Graph([], outs, nodes=nodes, name=f"{name}_{key}")
-                for key, nodes, outs in (("then_branch", then_nodes, outputs[0]), ("else_branch", else_nodes, outputs[1]))}
-    made = ir.node("If", [condition], attributes=branches, num_outputs=3)
-    for output, shape in zip(made.outputs, shapes):
-        output.shape, output.type = shape, type_
-    return made
-
-
-def _rotary(x: ir.Value) -> ir.Node | None:
-    producer = x.producer()
-    return producer if producer is not None and producer.op_type == "RotaryEmbedding" and \
-        producer.domain == CONTRIB_DOMAIN else None
-
-
-_ROTARY_DEFAULTS = {"interleaved": None, "num_heads": None, "rotary_embedding_dim": 0, "scale": 1.0,
-                    "is_packed_batching": 0}  # None: any value
-
-
-def _rotaries(query: ir.Value, key: ir.Value, head_dim: int) -> tuple[ir.Node, ir.Node] | None:
-    """The rotary embeddings of query and key when GroupQueryAttention can apply them itself (`do_rotary`): one
-    rotation (positions [batch, seq], cos/sin cache) over the whole head, token-major sources, and a head size
-    its CPU kernel rotates (a multiple of 16)."""
-    rotaries = _rotary(query), _rotary(key)
-    if None in rotaries or head_dim % 16 or any(len(r.inputs) != 4 for r in rotaries):
-        return None
-    if list(rotaries[0].inputs[1:]) != list(rotaries[1].inputs[1:]) or \
-            rotaries[0].attributes.get_int("interleaved", 0) != rotaries[1].attributes.get_int("interleaved", 0):
-        return None
-    for rotary in rotaries:
-        for name, attribute in rotary.attributes.items():
-            default = _ROTARY_DEFAULTS.get(name, "unknown")
-            if default is not None and attribute.value != default and not (
-                    name == "rotary_embedding_dim" and attribute.value == head_dim):
-                return None
-    positions, cos = rotaries[0].inputs[1], rotaries[0].inputs[2]
-    if positions is None or positions.dtype != ir.DataType.INT64 or len(_dims(positions) or []) != 2:
-        return None
-    if len(_dims(cos) or [None, None]) != 2 or (_dims(cos) or [None, None])[1] not in (None, head_dim // 2):
-        return None  # a cache of another width fails the rotary embedding's own check too
-    if any(_before_heads_first(r.inputs[0]) is None for r in rotaries):
-        return None
-    return rotaries
-
-
-def _rotate(rotary: ir.Node, heads: int, nodes: list[ir.Node]) -> ir.Value:
-    """`rotary` run token-major on its source (appended to `nodes`)."""
-    attributes = {k: a.value for k, a in rotary.attributes.items()}
-    made = ir.node("RotaryEmbedding", [_before_heads_first(rotary.inputs[0]), *rotary.inputs[1:]],
-                   attributes={**attributes, "num_heads": heads}, domain=CONTRIB_DOMAIN)
-    nodes.append(made)
-    return made.outputs[0]
-
-
-def _token_major(x: ir.Value, heads: int, nodes: list[ir.Node], token_major: ir.Value) -> ir.Value:
+def _token_major(x: ir.Value, heads: int, op, token_major: ir.Value) -> ir.Value:
     """[batch, seq, heads * head_dim] form of heads-first `x`: the value before the graph's own reshape and
     transpose (through a rotary embedding, run token-major instead), else a transpose and reshape."""
-    rotary = _rotary(x)
-    if rotary is not None and _before_heads_first(rotary.inputs[0]) is not None:
-        return _rotate(rotary, heads, nodes)
-    source = _before_heads_first(x)
+    producer = x.producer()
+    rotary = producer if producer is not None and producer.op_type == "RotaryEmbedding" and \
+        producer.domain == CONTRIB_DOMAIN else None
+    source = _before_heads_first(rotary.inputs[0] if rotary else x)
+    if source is not None and rotary is not None:
+        attributes = {k: a.value for k, a in rotary.attributes.items()}
+        return op("RotaryEmbedding", [source, *rotary.inputs[1:]], domain=CONTRIB_DOMAIN, **{**attributes, "num_heads": heads})
     if source is not None:
         return source
-    nodes.append(ir.node("Transpose", [x], attributes={"perm": [0, 2, 1, 3]}))
-    nodes.append(ir.node("Reshape", [nodes[-1].outputs[0], token_major]))
-    return nodes[-1].outputs[0]
+    return op("Reshape", [op("Transpose", [x], perm=[0, 2, 1, 3]), token_major])
 
 
 def _before_heads_first(x: ir.Value) -> ir.Value | None:
