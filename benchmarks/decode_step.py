@@ -1,8 +1,8 @@
 """Decode-step latency of exported decoders: batch 1, one new token over a given past, onnxruntime CPU.
 
 Graphs are measured side by side: each round runs every graph (a warm-up step, then `steps` timed
-steps) and keeps each graph's median step; a graph's speedup is the median over rounds of the first
-graph's round median divided by its own. On a machine whose memory bandwidth varies (other tenants),
+steps; each round starts with the next graph) and keeps each graph's median step; a graph's speedup is the
+median over rounds of the first graph's round median divided by its own. On a machine whose memory bandwidth varies (other tenants),
 per-round ratios are what stays comparable; the minimum over a run is not.
 
     python benchmarks/decode_step.py ts=DIR/model.onnx o3=DIR/model.onnx [threads=1] [rounds=30]
@@ -65,8 +65,11 @@ def step_ms(paths: dict[str, str], threads: int = 1, past: int = 128, rounds: in
     sessions = {k: session(p, threads) for k, p in paths.items()}
     feeds = {k: decode_feed(s, Path(paths[k]).parent, past) for k, s in sessions.items()}
     medians: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(rounds):
-        for k, s in sessions.items():
+    labels = list(sessions)
+    for round_ in range(rounds):
+        # each round starts with another graph: the graph run first after another one measured up to 10% slower
+        for k in labels[round_ % len(labels):] + labels[:round_ % len(labels)]:
+            s = sessions[k]
             s.run(None, feeds[k])
             times = []
             for _ in range(steps):
