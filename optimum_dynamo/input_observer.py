@@ -210,7 +210,8 @@ class InputObserver:
 
     def _call(self, given: tuple | dict | int) -> Call:
         if isinstance(given, int):
-            torch._check(given < self.num_obs(), lambda: f"No stored input set for index={given}<{self.num_obs()}.")
+            if not 0 <= given < self.num_obs():
+                raise RuntimeError(f"No stored input set for index={given}<{self.num_obs()}.")
             return self._calls()[given]
         if isinstance(given, tuple):
             return Call(dict(zip(self._parameters(), given)), positional=len(given))
