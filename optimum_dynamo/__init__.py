@@ -22,6 +22,7 @@ _API = {
     "export_executorch": "optimum_dynamo.exporters.executorch",
     "PteCausalLM": "optimum_dynamo.runtime.executorch",
     "VlmRunner": "optimum_dynamo.runtime.vlm",
+    "ORTModelForImageTextToText": "optimum_dynamo.runtime.image_text_to_text",
     "load_program": "optimum_dynamo.exporters.pt2",
     "load_package": "optimum_dynamo.exporters.pt2",
     "package_io": "optimum_dynamo.exporters.pt2",

@@ -4,8 +4,9 @@ each exported to ONNX and checked by onnxruntime on the calls it received.
     result = export_vlm("tiny-llava", "out", atol=1e-4)
     result.components["decoder_model"].discrepancies
 
-`out/` then holds one directory per component (`model.onnx` + manifest each), the model's config
-and processor, and `vlm.json`, which tells `optimum_dynamo.runtime.vlm` how to join them:
+`out/` then holds one directory per component (`model.onnx` + manifest each), the model's config,
+generation config and processor, and `vlm.json`, which tells the runtime
+(`optimum_dynamo.ORTModelForImageTextToText`, `runtime.vlm.VlmRunner`) how to join them:
 
 - `vision_encoder`: the vision tower, `pixel_values` -> its outputs (hidden states included when
   the model asks for them);
@@ -251,4 +252,6 @@ class VlmOnnxExporter(ObservedOnnxExporter):
     def copy_files(self, ctx: ExportContext) -> None:
         (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
         ctx.model.config.save_pretrained(ctx.staging)
+        if getattr(ctx.model, "generation_config", None) is not None:  # ORTModelForImageTextToText's defaults
+            ctx.model.generation_config.save_pretrained(ctx.staging)
         ctx.processor.save_pretrained(ctx.staging)

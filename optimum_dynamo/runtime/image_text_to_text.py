@@ -1,0 +1,272 @@
+"""`ORTModelForImageTextToText`: the components written by `export_vlm` as one optimum ORTModel with
+transformers' `generate` (greedy, sampling, beam search), batches of left-padded prompts, any number
+of images per prompt (none included).
+
+    model = ORTModelForImageTextToText.from_pretrained("out")
+    processor = AutoProcessor.from_pretrained("out")
+    processor.tokenizer.padding_side = "left"
+    tokens = model.generate(**processor(images=images, text=prompts, return_tensors="pt", padding=True))
+
+`forward` is one step of the language model: on the prefill (no past), `vision_encoder` and
+`multi_modal_projector` turn `pixel_values` into one row per image token (in order: the images of the
+first prompt first), which replace the embeddings of those tokens; the decoder then runs on the
+embeddings. Decode steps embed the new tokens only. The past is a tuple of (key, value) pairs per
+layer, in the decoder's input order, so beams reorder it with `index_select` on the batch axis.
+
+optimum-onnx has no class for image-text-to-text models (0.1.0 and its main branch); the file layout
+is `export_vlm`'s (docs/vlm.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import torch
+from huggingface_hub.constants import HUGGINGFACE_HUB_CACHE
+from onnxruntime import InferenceSession
+from optimum.modeling_base import OptimizedModel
+from optimum.onnxruntime.base import ORTParentMixin, ORTSessionMixin
+from optimum.onnxruntime.modeling import ORTModel
+from optimum.onnxruntime.utils import prepare_providers_and_provider_options
+from transformers import AutoModelForImageTextToText, GenerationConfig
+from transformers.generation import GenerationMixin
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+VLM_FILE = "vlm.json"
+MANIFEST_FILE = "optimum_dynamo.json"
+COMPONENTS = ("vision_encoder", "multi_modal_projector", "embed_tokens", "decoder_model")
+PAST, PRESENT = "past_key_values.", "present."
+
+
+class ORTComponent(ORTSessionMixin):
+    """One graph of the model: torch tensors in, a dict of torch tensors out (no I/O binding)."""
+
+    def __init__(self, session: InferenceSession):
+        self.initialize_ort_attributes(session, use_io_binding=False)
+
+    @property
+    def first_input(self) -> str:
+        return next(iter(self.input_names))
+
+    def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        feed = self._prepare_onnx_inputs(True, inputs)
+        return self._prepare_onnx_outputs(True, self.session.run(None, feed))
+
+
+class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
+    """An image-text-to-text model (Gemma3, LLaVA) exported by `export_vlm`, run by onnxruntime."""
+
+    auto_model_class = AutoModelForImageTextToText
+    main_input_name = "input_ids"
+    _is_stateful = False
+    _supports_cache_class = False
+    _library_name = "transformers"
+
+    def __init__(
+        self,
+        *,
+        config=None,
+        sessions: dict[str, InferenceSession] = None,
+        layout: dict[str, Any] = None,
+        generation_config: GenerationConfig | None = None,
+        model_save_dir: str | Path | TemporaryDirectory | None = None,
+        preprocessors: list | None = None,
+    ):
+        super(ORTModel, self).__init__(model=sessions["decoder_model"], config=config, preprocessors=preprocessors)
+        self.layout = layout
+        self.generation_config = generation_config or GenerationConfig.from_model_config(config)
+        self.components = {name: ORTComponent(sessions[name]) for name in COMPONENTS}
+        self.vision_encoder, self.multi_modal_projector, self.embed_tokens, self.decoder = self.components.values()
+        self.initialize_ort_attributes(parts=list(self.components.values()))
+        self.key_value_input_names = [n for n in self.decoder.input_names if n.startswith(PAST)]
+        self.uses_token_types = "token_type_ids" in self.decoder.input_names
+
+        self._model_save_dir_tempdirectory_instance = None
+        if isinstance(model_save_dir, TemporaryDirectory):
+            self._model_save_dir_tempdirectory_instance = model_save_dir
+            model_save_dir = model_save_dir.name
+        self.model_save_dir = Path(model_save_dir or self.decoder.path.parent.parent)
+
+    # ------------------------------------------------------------------ loading and saving
+    @classmethod
+    def _from_pretrained(
+        cls,
+        model_id: str | Path,
+        config,
+        *,
+        subfolder: str = "",
+        revision: str = "main",
+        force_download: bool = False,
+        local_files_only: bool = False,
+        trust_remote_code: bool = False,
+        cache_dir: str = HUGGINGFACE_HUB_CACHE,
+        token: bool | str | None = None,
+        provider: str = "CPUExecutionProvider",
+        providers=None,
+        provider_options=None,
+        session_options=None,
+        use_io_binding: bool | None = None,
+        generation_config: GenerationConfig | None = None,
+        model_save_dir: str | Path | TemporaryDirectory | None = None,
+        **kwargs,
+    ) -> "ORTModelForImageTextToText":
+        if use_io_binding:
+            raise ValueError("ORTModelForImageTextToText runs without I/O binding: pass use_io_binding=False or None")
+        hub = dict(revision=revision, force_download=force_download, local_files_only=local_files_only,
+                   token=token, cache_dir=cache_dir)
+        layout_path = cls._cached_file(model_id, filename=VLM_FILE, subfolder=subfolder, **hub)
+        layout = json.loads(layout_path.read_text())
+        providers, provider_options = prepare_providers_and_provider_options(
+            provider=provider, providers=providers, provider_options=provider_options
+        )
+        sessions = {}
+        for name in COMPONENTS:
+            relative = Path(subfolder, layout["components"][name])
+            path = cls._cached_file(model_id, filename=relative.name, subfolder=relative.parent.as_posix(), **hub)
+            sessions[name] = InferenceSession(path, providers=providers, provider_options=provider_options,
+                                              sess_options=session_options)
+        if generation_config is None:
+            try:
+                generation_config = GenerationConfig.from_pretrained(model_id, subfolder=subfolder, **hub)
+            except OSError:
+                generation_config = GenerationConfig.from_model_config(config)
+        return cls(config=config, sessions=sessions, layout=layout, generation_config=generation_config,
+                   model_save_dir=model_save_dir or layout_path.parent, preprocessors=_processors(layout_path.parent))
+
+    @classmethod
+    def _export(cls, model_id, config, **kwargs):
+        raise NotImplementedError(
+            "ORTModelForImageTextToText.from_pretrained(export=True) is not wired yet: run "
+            "optimum_dynamo.export_vlm(model_id, directory) and load the directory"
+        )
+
+    @classmethod
+    def _export_to(cls, model_id: str | Path, output: str | Path, **kwargs):
+        """`export_vlm(model_id, output, **kwargs)`: the directory `from_pretrained` loads (the hook for
+        `from_pretrained(id, export=True)`)."""
+        from ..exporters.vlm import export_vlm
+
+        return export_vlm(model_id, output, **kwargs)
+
+    def _save_config(self, save_directory):
+        self.config.save_pretrained(save_directory)
+        self.generation_config.save_pretrained(save_directory)
+
+    def _save_pretrained(self, save_directory: str | Path):
+        """Each component's directory (graph, external data, manifest) and `vlm.json`."""
+        save_directory = Path(save_directory)
+        for name, part in self.components.items():
+            target = save_directory / Path(self.layout["components"][name]).parent
+            shutil.copytree(part.path.parent, target, dirs_exist_ok=True)
+        (save_directory / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
+        if (self.model_save_dir / MANIFEST_FILE).is_file():
+            shutil.copy(self.model_save_dir / MANIFEST_FILE, save_directory / MANIFEST_FILE)
+
+    # ------------------------------------------------------------------ the steps
+    def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(image tokens of all images, hidden): the rows that replace the image tokens."""
+        vision = self.vision_encoder(pixel_values=pixel_values)
+        selected = vision[self.layout["vision_output"]][:, self.layout["vision_skip"] :]
+        features = self.multi_modal_projector(**{self.multi_modal_projector.first_input: selected})["output"]
+        return features.reshape(-1, features.shape[-1])
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        ids = torch.where(input_ids >= self.layout["vocab_size"], 0, input_ids)  # out-of-vocabulary image tokens
+        return self.embed_tokens(**{self.embed_tokens.first_input: ids})["output"]
+
+    def prompt_embeddings(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None) -> torch.Tensor:
+        embeds = self.embed(input_ids)
+        is_image = input_ids == self.layout["image_token_id"]
+        if pixel_values is None:
+            if is_image.any():
+                raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but no pixel_values")
+            return embeds
+        rows = self.image_features(pixel_values)
+        if rows.shape[0] != is_image.sum():
+            raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but {rows.shape[0]} image features")
+        embeds[is_image] = rows.to(embeds.dtype)
+        return embeds
+
+    def empty_past(self, batch: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Zero-length past for the prefill; the other axes are the graph's fixed sizes."""
+        empty = []
+        for name in self.key_value_input_names:
+            dims = self.decoder.input_shapes[name]
+            shape = [batch if axis == 0 else 0 if not isinstance(d, int) else d for axis, d in enumerate(dims)]
+            empty.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+        return _pairs(empty)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.LongTensor | None = None,
+        pixel_values: torch.FloatTensor | None = None,
+        past_key_values: tuple | None = None,
+        position_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        batch, length = input_ids.shape
+        prefill = past_key_values is None
+        if prefill:
+            embeds = self.prompt_embeddings(input_ids, pixel_values)
+            past_key_values = self.empty_past(batch)
+        else:
+            embeds = self.embed(input_ids)  # decode steps: the image is in the past
+        flat_past = [t for pair in past_key_values for t in pair]
+        if attention_mask is None:
+            past_length = max(t.shape[-2] for t in flat_past) if flat_past else 0
+            attention_mask = torch.ones((batch, past_length + length), dtype=torch.long, device=input_ids.device)
+        total = attention_mask.shape[1]
+        if position_ids is None:  # from the mask, as transformers does for left padding
+            position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)[:, -length:]
+        feed = {"inputs_embeds": embeds, "attention_mask": attention_mask, "position_ids": position_ids,
+                **dict(zip(self.key_value_input_names, flat_past))}
+        if self.uses_token_types:
+            feed["token_type_ids"] = self._token_types(input_ids, token_type_ids, prefill, total)
+        out = self.decoder(**feed)
+        present = _pairs([out[n.replace(PAST, PRESENT, 1)] for n in self.key_value_input_names])
+        return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+
+    def _token_types(self, input_ids, token_type_ids, prefill: bool, total: int) -> torch.Tensor:
+        """Types over the whole sequence (1 at image tokens of the prompt). A decode step's new tokens are
+        text (0); the past's types then change nothing (only image tokens attend to later ones), zeros."""
+        types = torch.zeros((input_ids.shape[0], total), dtype=torch.long, device=input_ids.device)
+        if prefill:
+            prompt = token_type_ids if token_type_ids is not None else input_ids == self.layout["image_token_id"]
+            types[:, -input_ids.shape[1] :] = prompt[:, -input_ids.shape[1] :].long()
+        return types
+
+    @staticmethod
+    def _reorder_cache(past_key_values: tuple, beam_idx: torch.LongTensor) -> tuple:
+        return tuple(tuple(t.index_select(0, beam_idx.to(t.device)) for t in pair) for pair in past_key_values)
+
+    def _prepare_cache_for_generation(self, *args, **kwargs):
+        return  # the past is the decoder's outputs, built by `forward`
+
+    # transformers 5 asks a model these (PreTrainedModel's answers for code of its own, without experts)
+    @classmethod
+    def is_remote_code(cls) -> bool:
+        return False
+
+    def get_experts_implementation(self) -> dict:
+        return {}
+
+
+def _pairs(tensors: list[torch.Tensor]) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    return tuple(tuple(tensors[i : i + 2]) for i in range(0, len(tensors), 2))
+
+
+def _processors(directory: Path) -> list:
+    """The processor saved beside the graphs (saved again by `save_pretrained`), if any."""
+    from transformers import AutoProcessor
+
+    try:
+        return [AutoProcessor.from_pretrained(directory)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []

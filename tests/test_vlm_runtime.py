@@ -1,0 +1,130 @@
+"""ORTModelForImageTextToText over real `export_vlm` graphs (tiny Gemma3 and LLaVA, random weights):
+transformers' `generate` through onnxruntime gives PyTorch's tokens on left-padded batches, with and
+without images, several images per prompt, sampling with a seed and beam search; it saves and loads
+like an optimum ORTModel."""
+
+import inspect
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+
+from optimum_dynamo import ORTModelForImageTextToText, export_vlm
+from optimum_dynamo.exporters.vlm import default_image
+from tiny import save_tiny_vlm
+
+NEW_TOKENS = 8
+GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+
+
+@pytest.fixture(scope="module", params=["gemma3", "llava"])
+def exported(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"runtime-{request.param}")
+    path = save_tiny_vlm(request.param, root / "model")
+    export_vlm(path, root / "onnx", atol=1e-4)
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    processor = AutoProcessor.from_pretrained(root / "onnx")
+    processor.tokenizer.padding_side = "left"
+    return model, ORTModelForImageTextToText.from_pretrained(root / "onnx"), processor, root / "onnx"
+
+
+def _inputs(model, processor, texts, images=None):
+    """The processor's batch, padded, without the keys `model.forward` does not take (the tiny tokenizer's
+    token types, which LLaVA's `generate` refuses)."""
+    placeholder = getattr(processor, "boi_token", None) or processor.image_token
+    batch = processor(images=images, text=[t.format(image=placeholder) for t in texts], return_tensors="pt", padding=True)
+    params = inspect.signature(model.forward).parameters
+    return {k: v for k, v in batch.items() if k in params}
+
+
+def _both(model, ort, inputs, seed=None, **options):
+    outputs = []
+    for runner in (model, ort):
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.no_grad():
+            outputs.append(runner.generate(**inputs, **options).tolist())
+    return outputs
+
+
+def _two_images(model, processor):
+    texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
+    return _inputs(model, processor, texts, [[default_image(seed=1)], [default_image(seed=2)]])
+
+
+def test_greedy_tokens_equal_pytorch_on_a_left_padded_batch(exported):
+    model, ort, processor, _ = exported
+    inputs = _two_images(model, processor)
+    assert inputs["attention_mask"][0, 0] == 0 and inputs["attention_mask"][1].all()  # row 0 is padded on the left
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+
+
+def test_prompts_without_an_image(exported):
+    model, ort, processor, _ = exported
+    inputs = _inputs(model, processor, ["the quick brown fox", "hello world"])
+    assert "pixel_values" not in inputs
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+
+
+def test_sampling_with_a_seed_gives_pytorch_s_tokens(exported):
+    model, ort, processor, _ = exported
+    inputs = _two_images(model, processor)
+    options = dict(GREEDY, do_sample=True, top_k=20, top_p=0.9, temperature=0.7)
+    expected, tokens = _both(model, ort, inputs, seed=3, **options)
+    assert tokens == expected
+    assert _both(model, ort, inputs, seed=4, **options)[1] != tokens  # the seed matters
+
+
+def test_beam_search_reorders_the_past(exported):
+    model, ort, processor, _ = exported
+    expected, tokens = _both(model, ort, _two_images(model, processor), **dict(GREEDY, num_beams=3))
+    assert tokens == expected
+
+
+def test_several_images_in_one_prompt(exported):
+    model, ort, processor, _ = exported
+    images = [[default_image(seed=4), default_image(seed=5)], [default_image(seed=6)]]
+    inputs = _inputs(model, processor, ["a {image} b {image} c", "the {image} quick brown fox"], images)
+    assert inputs["pixel_values"].shape[0] == 3
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+    swapped = dict(inputs, pixel_values=inputs["pixel_values"][[1, 0, 2]])  # rows go to the image tokens in order
+    assert _both(model, ort, swapped, **GREEDY)[1] != tokens
+
+
+def test_image_tokens_without_pixels_are_refused(exported):
+    model, ort, processor, _ = exported
+    inputs = {k: v for k, v in _two_images(model, processor).items() if k != "pixel_values"}
+    with pytest.raises(ValueError, match=r"^\d+ image tokens in the prompt but no pixel_values$"):
+        ort.generate(**inputs, **GREEDY)
+
+
+def test_behaves_like_an_optimum_ortmodel(exported):
+    model, ort, _, directory = exported
+    assert type(ort.config) is type(model.config) and ort.config.model_type == model.config.model_type
+    assert ort.generation_config.to_dict() == GenerationConfig.from_pretrained(directory).to_dict()
+    assert (ort.generation_config.pad_token_id, ort.generation_config.eos_token_id) == (0, 2)
+    assert ort.device == torch.device("cpu") and ort.dtype == torch.float32
+    assert ort.can_generate() and ort.main_input_name == "input_ids"
+    with pytest.raises(NotImplementedError, match="export_vlm"):
+        ORTModelForImageTextToText.from_pretrained(directory, export=True)
+
+
+def test_save_pretrained_round_trip(exported, tmp_path):
+    model, ort, processor, directory = exported
+    ort.save_pretrained(tmp_path / "saved")
+    saved = sorted(p.relative_to(tmp_path / "saved").as_posix() for p in (tmp_path / "saved").rglob("*") if p.is_file())
+    for name in ("vision_encoder", "multi_modal_projector", "embed_tokens", "decoder_model"):
+        assert f"{name}/model.onnx" in saved
+    assert {"vlm.json", "config.json", "generation_config.json", "processor_config.json"} <= set(saved)
+    assert json.loads((tmp_path / "saved" / "vlm.json").read_text()) == ort.layout
+    again = ORTModelForImageTextToText.from_pretrained(tmp_path / "saved")
+    assert again.model_save_dir == tmp_path / "saved"
+    assert again.generation_config.to_dict() == ort.generation_config.to_dict()
+    assert type(AutoProcessor.from_pretrained(tmp_path / "saved")) is type(processor)
+    inputs = _two_images(model, processor)
+    with torch.no_grad():
+        assert again.generate(**inputs, **GREEDY).tolist() == ort.generate(**inputs, **GREEDY).tolist()
