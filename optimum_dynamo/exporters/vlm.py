@@ -111,10 +111,12 @@ def default_prompt(processor) -> str:
     return f"the quick {placeholder} brown fox"
 
 
-def processor_inputs(model, processor, image, prompt) -> dict[str, torch.Tensor]:
-    """The processor's tensors that `model.forward` takes (tokenizers may add token types it does not)."""
+def processor_inputs(model, processor, image, prompt, **options) -> dict[str, torch.Tensor]:
+    """The processor's tensors that `model.forward` takes (tokenizers may add token types it does not);
+    `options` go to the processor (`padding=True` for a batch of prompts)."""
     params = inspect.signature(model.forward).parameters
-    return {k: v for k, v in processor(images=image, text=prompt, return_tensors="pt").items() if k in params}
+    batch = processor(images=image, text=prompt, return_tensors="pt", **options)
+    return {k: v for k, v in batch.items() if k in params}
 
 
 def feature_source(vision: Call, projector: Call) -> tuple[str, int]:

@@ -1,6 +1,7 @@
 """The package's own onnxruntime runners: a greedy loop for state caches without optimum
 (`steps.OnnxStepModel`; `ORTModelForCausalLM` runs them too) and vision-language components
-(`vlm.VlmRunner`, imported from its module)."""
+(`image_text_to_text.ORTModelForImageTextToText`, and the minimal `vlm.VlmRunner`, imported from their
+modules)."""
 
 from .steps import OnnxStepModel, STATE_LEAVES, drives_states
 

@@ -12,7 +12,8 @@ One step at a time, as PyTorch's `generate` does:
 3. `decoder_model` on the embeddings with an empty past (length 0), then on the embedding of each
    new token with the presents of the step before as past; the next token is the argmax of the logits.
 
-Supported: batch 1, prompts without padding, greedy search. Gemma3's `token_type_ids` (1 at image
+Supported: batch 1, prompts without padding, greedy search (`ORTModelForImageTextToText` runs
+transformers' `generate` over the same graphs: batches, sampling, beams). Gemma3's `token_type_ids` (1 at image
 tokens) are passed over the whole sequence, so the tokens of an image attend to each other.
 """
 
