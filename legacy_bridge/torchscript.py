@@ -39,6 +39,14 @@ def has_onnx_config(model_type: str, task: str) -> bool:
     return False
 
 
+def task_has_onnx_configs(task: str) -> bool:
+    """Whether any model type has a torchscript OnnxConfig for `task` (optimum's name, synonyms mapped)."""
+    import optimum.exporters.onnx.model_configs  # noqa: F401
+    from optimum.exporters.tasks import TasksManager
+
+    return bool(TasksManager.get_supported_model_type_for_task(TasksManager.map_from_synonym(task), exporter="onnx"))
+
+
 def export_torchscript(model_id: str, output: Path, task: str, **kwargs) -> None:
     """optimum's torchscript `main_export` into `output` (the caller stages it)."""
     from optimum.exporters.onnx import main_export

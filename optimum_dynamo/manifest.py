@@ -62,8 +62,8 @@ def write_manifest(ctx, records: dict[str, dict[str, Any]], **fields: Any) -> No
 
 
 def runtime_of(task) -> str:
-    """The optimum runtime class that drives the export (state graphs too, through legacy_bridge)."""
-    return f"optimum.onnxruntime.{task.spec.runtime_class}" if task else ""
+    """The runtime class that drives the export (optimum's; state graphs too, through legacy_bridge)."""
+    return f"{task.spec.runtime_module}.{task.spec.runtime_class}" if task else ""
 
 
 def write_fallback_manifest(directory, *, model: str, task: str, reason: str) -> None:

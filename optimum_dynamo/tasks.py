@@ -18,10 +18,12 @@ from .errors import ExportError, PipelineError
 
 @dataclass(frozen=True)
 class TaskSpec:
-    driver: Callable  # runs the model the way users do, under observation
-    runtime_class: str  # optimum.onnxruntime class that loads the export
+    driver: Callable | None  # runs the model the way users do, under observation (None: the exporter does)
+    runtime_class: str  # class that loads the export, in `runtime_module`
     constants: dict[str, Any] = field(default_factory=dict)  # fixed kwargs of the exported forward
     encoder_decoder: bool = False  # exported as encoder + decoder graphs (exporters/seq2seq.py)
+    vision_language: bool = False  # exported as vision, projector, embedding and decoder graphs (exporters/vlm.py)
+    runtime_module: str = "optimum.onnxruntime"
 
 
 # Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
@@ -37,10 +39,14 @@ SUPPORTED: dict[str, TaskSpec] = {
     "text2text-generation": TaskSpec(drive_seq2seq_generation, "ORTModelForSeq2SeqLM", encoder_decoder=True),
     "automatic-speech-recognition": TaskSpec(drive_seq2seq_generation, "ORTModelForSpeechSeq2Seq", encoder_decoder=True),
     "image-to-text": TaskSpec(drive_seq2seq_generation, "ORTModelForVision2Seq", encoder_decoder=True),
+    # optimum-onnx has no runtime class for it: ours
+    "image-text-to-text": TaskSpec(None, "ORTModelForImageTextToText", vision_language=True,
+                                   runtime_module="optimum_dynamo"),
 }
 
 
 ENCODER_DECODER_TASKS = [name for name, spec in SUPPORTED.items() if spec.encoder_decoder]
+VISION_LANGUAGE_TASKS = [name for name, spec in SUPPORTED.items() if spec.vision_language]
 
 
 @dataclass(frozen=True)
@@ -51,9 +57,9 @@ class Task:
     spec: TaskSpec
 
     def runtime_class(self) -> type:
-        import optimum.onnxruntime as ort
+        import importlib
 
-        return getattr(ort, self.spec.runtime_class)
+        return getattr(importlib.import_module(self.spec.runtime_module), self.spec.runtime_class)
 
     def runtime_inputs(self) -> list[str]:
         """Tensor inputs the runtime class can feed (its forward's parameters)."""
@@ -84,14 +90,24 @@ def _tasks_manager():
 
 
 def infer_task(model_id: str, config) -> str:
-    """optimum's inference, else the config's architectures (new models optimum does not list)."""
+    """optimum's inference, else the config's architectures (new models optimum does not list; optimum infers
+    nothing from a local directory): a causal LM, else an architecture of transformers'
+    AutoModelForImageTextToText (encoder-decoders excepted: their task is image-to-text)."""
     try:
         return _tasks_manager().infer_task_from_model(model_id, library_name="transformers")
     except Exception:
-        for arch in getattr(config, "architectures", None) or []:
-            if arch.endswith("ForCausalLM"):
-                return "text-generation"
+        architectures = getattr(config, "architectures", None) or []
+        if any(arch.endswith("ForCausalLM") for arch in architectures):
+            return "text-generation"
+        if not getattr(config, "is_encoder_decoder", False) and set(architectures) & _image_text_to_text():
+            return "image-text-to-text"
         raise ExportError(f"cannot infer the task of {model_id}: pass --task")
+
+
+def _image_text_to_text() -> set[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return set(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values())
 
 
 def with_past(task: str, config=None) -> str:

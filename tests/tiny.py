@@ -288,9 +288,9 @@ def _tiny_processor(model_type: str, config):
                           num_additional_image_tokens=1, image_token=tokens["image_token"])
 
 
-def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, **text_overrides) -> Path:
-    """Write a tiny image-text-to-text model ("gemma3" or "llava") and its processor to `path`;
-    `text_overrides` change the text model's config (e.g. `sliding_window=8`)."""
+def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, bare: bool = False, **text_overrides) -> Path:
+    """Write a tiny image-text-to-text model ("gemma3" or "llava") and its processor to `path` (`bare`: the
+    model only, no processor files); `text_overrides` change the text model's config (e.g. `sliding_window=8`)."""
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
     path = Path(path)
@@ -303,7 +303,8 @@ def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, **text_ov
                 weight.normal_(std=0.5)
     model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model.save_pretrained(path)
-    _tiny_processor(model_type, config).save_pretrained(path)
+    if not bare:
+        _tiny_processor(model_type, config).save_pretrained(path)
     return path
 
 

@@ -126,12 +126,19 @@ def _dynamo_only(args) -> str:
 
 
 def _run_torchscript(command, original_run) -> None:
-    from legacy_bridge.torchscript import deprecation_notice
+    from legacy_bridge.torchscript import deprecation_notice, task_has_onnx_configs
+
+    from ..tasks import SUPPORTED
 
     dynamo_only = _dynamo_only(command.args)
     if dynamo_only:  # never dropped: the torchscript exporter has no such option
         raise COMMAND.error(f"{dynamo_only}: only the dynamo exporter has this option; add --dynamo "
                             "(for the torchscript export's weights: optimum-cli onnxruntime quantize)")
+    task = command.args.task
+    if task and task.removesuffix("-with-past") in SUPPORTED and not task_has_onnx_configs(task):
+        # optimum would fail deep in its export with a traceback (image-text-to-text: "custom or unsupported")
+        raise SystemExit(f"optimum-cli export onnx: error: --task {task}: the torchscript exporter has no "
+                         "export for this task (no OnnxConfig of any model); add --dynamo")
     deprecation_notice()
     original_run(command)
 

@@ -8,11 +8,12 @@ from pathlib import Path
 from ..errors import ExportError
 from ..options import ExportOptions
 from ..target import Target, resolve
-from ..tasks import ENCODER_DECODER_TASKS
+from ..tasks import ENCODER_DECODER_TASKS, VISION_LANGUAGE_TASKS
 from .base import ExportContext
 from .onnx import OnnxExporter
-from .onnx_optimize import check_level
+from .onnx_optimize import FUSED_LEVELS, check_level
 from .seq2seq import Seq2SeqOnnxExporter
+from .vlm import VlmOnnxExporter
 
 
 def export_onnx(model, output, task: str | None = None, *, options: ExportOptions | None = None,
@@ -43,8 +44,32 @@ def export_target(target: Target, output, options: ExportOptions) -> ExportConte
                           "export with optimum-cli onnxruntime quantize, or drop --quantize")
     if encoder_decoder and options.optimize_level:
         raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
-    exporter = Seq2SeqOnnxExporter() if encoder_decoder else OnnxExporter()
+    if target.task_name.removesuffix("-with-past") in VISION_LANGUAGE_TASKS:
+        check_vision_language(target.task_name, options)
+        exporter = VlmOnnxExporter()
+    else:
+        exporter = Seq2SeqOnnxExporter() if encoder_decoder else OnnxExporter()
     return exporter.run(ExportContext(output=Path(output), options=options, target=target))
 
 
-__all__ = ["export_onnx", "export_target"]
+def check_vision_language(task: str, options: ExportOptions) -> None:
+    """The options a vision-language export (four component graphs, fp32) cannot honour yet: one line each."""
+    from ..flags import FlagError
+
+    refused = [("--monolith", options.monolith, "the model is exported as four component graphs (vision encoder, "
+                "projector, embeddings, decoder); drop --monolith"),
+               ("--pt2" if options.pt2 else "--aoti", options.pt2 or options.aoti,
+                "not supported for component exports yet; drop it"),
+               (f"--quantize {options.quantize}", options.quantize, "not supported for component exports yet; drop "
+                "it (optimum-cli onnxruntime quantize quantizes a graph afterwards)"),
+               (f"--optimize {options.optimize_level}", options.optimize_level in FUSED_LEVELS, "its fusions are "
+                "for text decoders; use O1 or O2"),
+               (f"--dtype {options.dtype}", options.dtype != "fp32", "the components are exported in fp32 only yet; "
+                "drop --dtype"),
+               ("--model-kwargs", options.model_kwargs, "not supported for component exports yet; drop it")]
+    for spelling, given, why in refused:
+        if given:
+            raise FlagError(f"{spelling} with --task {task}: {why}")
+
+
+__all__ = ["check_vision_language", "export_onnx", "export_target"]

@@ -4,9 +4,10 @@ each exported to ONNX and checked by onnxruntime on the calls it received.
     result = export_vlm("tiny-llava", "out", atol=1e-4)
     result.components["decoder_model"].discrepancies
 
-`out/` then holds one directory per component (`model.onnx` + manifest each), the model's config,
-generation config and processor, and `vlm.json`, which tells the runtime
-(`optimum_dynamo.ORTModelForImageTextToText`, `runtime.vlm.VlmRunner`) how to join them:
+`out/` then holds one directory per component (`model.onnx`, `model.onnx_data`), one manifest on top
+(`optimum_dynamo.json`, a record per component under `components`), the model's config, generation
+config and processor, and `vlm.json`, which tells the runtime (`optimum_dynamo.ORTModelForImageTextToText`,
+`runtime.vlm.VlmRunner`) how to join them:
 
 - `vision_encoder`: the vision tower, `pixel_values` -> its outputs (hidden states included when
   the model asks for them);
@@ -34,16 +35,17 @@ import numpy as np
 import torch
 
 from ..capture import Call, InputObserver, observe
-from ..errors import ExportError
+from ..errors import ExportError, describe
 from ..flatten import flat_outputs
 from ..options import ExportOptions
-from .base import ExportContext
+from .base import ExportContext, _load_model, _tasks_auto_class
 from .component import Component
 from .observed import ObservedOnnxExporter
 
 logger = logging.getLogger(__name__)
 
 VLM_FILE = "vlm.json"
+TASK = "image-text-to-text"
 DECODER_INPUTS = ["inputs_embeds", "attention_mask", "position_ids", "past_key_values", "token_type_ids"]
 
 
@@ -173,6 +175,26 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
     return calls
 
 
+def load_processor(model_id: str, config, loading: dict):
+    """The checkpoint's processor (tokenizer and image processor); refused in one line when it has none: the
+    export runs the model on an image and a prompt, which only the processor can make."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(model_id, **loading)
+    except Exception as e:
+        name = _processor_name(config)
+        raise ExportError(f"cannot load {name} from {model_id} ({type(e).__name__}): image-text-to-text exports run the "
+                          "model on an image and a prompt, which need the checkpoint's processor files (tokenizer and "
+                          f"image processor); save them beside the model ({name}.save_pretrained)") from None
+
+
+def _processor_name(config) -> str:
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    return PROCESSOR_MAPPING_NAMES.get(getattr(config, "model_type", ""), None) or "the processor"
+
+
 def _load(model_or_dir, processor):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -185,19 +207,9 @@ def _load(model_or_dir, processor):
     return model_or_dir.eval(), processor
 
 
-def export_vlm(
-    model_or_dir,
-    output: str | Path,
-    *,
-    processor=None,
-    image=None,
-    prompt: str | None = None,
-    max_new_tokens: int = 4,
-    atol: float | None = None,
-) -> VlmExport:
-    """Observe one greedy `generate` on (`image`, `prompt`), export the four components to
-    `output/<component>/model.onnx` and check each with onnxruntime on its recorded calls."""
-    model, processor = _load(model_or_dir, processor)
+def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
+    """One greedy `generate` on (`image`, `prompt`) under observation: (plan, layout, new tokens). `plan`:
+    component -> (observer, inputs or None, constants or None), as `ObservedOnnxExporter` takes it."""
     inner = model.model
     prompt = prompt or default_prompt(processor)
     placeholders = [t for t in (getattr(processor, "boi_token", None), processor.image_token) if t]
@@ -219,16 +231,14 @@ def export_vlm(
     decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(obs["top"].calls, obs["language"].calls, token_types))
     source, skip = feature_source(obs["vision"].calls[0], obs["projector"].calls[0])
 
-    output = Path(output)
-    result = VlmExport(output, tokens=tokens[:, inputs["input_ids"].shape[1] :])
     decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
-    plan = {  # component: (observer, inputs, constants)
+    plan = {
         "vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
         "multi_modal_projector": (obs["projector"], None, None),
         "embed_tokens": (obs["embed"], None, None),
         "decoder_model": (decoder_obs, decoder_inputs, {}),
     }
-    result.layout = {
+    layout = {
         "model_type": model.config.model_type,
         "components": {name: f"{name}/model.onnx" for name in plan},
         "image_token_id": image_id,
@@ -237,19 +247,61 @@ def export_vlm(
         "vision_skip": skip,
         "token_type_ids": token_types is not None,
     }
-    ctx = ExportContext(output=output, options=ExportOptions.make(atol=atol), model_id=str(getattr(
-        model, "name_or_path", "") or type(model).__name__), model=model, processor=processor)
-    VlmOnnxExporter(plan, result.layout).run(ctx)  # all components or nothing
-    result.components = {part.name: part for part in ctx.components}
-    return result
+    return plan, layout, tokens[:, inputs["input_ids"].shape[1] :]
+
+
+def export_vlm(
+    model_or_dir,
+    output: str | Path,
+    *,
+    processor=None,
+    image=None,
+    prompt: str | None = None,
+    max_new_tokens: int = 4,
+    atol: float | None = None,
+) -> VlmExport:
+    """Observe one greedy `generate` on (`image`, `prompt`), export the four components to
+    `output/<component>/model.onnx` and check each with onnxruntime on its recorded calls."""
+    from ..tasks import supported_task
+
+    model, processor = _load(model_or_dir, processor)
+    exporter = VlmOnnxExporter(image=image, prompt=prompt, max_new_tokens=max_new_tokens)
+    ctx = ExportContext(output=Path(output), options=ExportOptions.make(atol=atol), model_id=str(getattr(
+        model, "name_or_path", "") or type(model).__name__), task=supported_task(TASK), model=model,
+        processor=processor)
+    exporter.run(ctx)  # all components or nothing
+    return VlmExport(Path(output), {part.name: part for part in ctx.components}, exporter.layout, exporter.tokens)
 
 
 class VlmOnnxExporter(ObservedOnnxExporter):
-    """The observed components, one directory each, beside the model's config and processor and `vlm.json`."""
+    """The four components, observed in one `generate` with an image, one directory each, beside the model's
+    config, generation config, processor and `vlm.json` (one manifest on top). The CLI's export
+    (`--task image-text-to-text`) loads the model and its processor; `export_vlm` passes them."""
 
-    def __init__(self, parts, layout: dict[str, Any]):
-        super().__init__(parts, directories=True)
-        self.layout = layout
+    def __init__(self, *, image=None, prompt: str | None = None, max_new_tokens: int = 4):
+        super().__init__({}, directories=True)
+        self.image, self.prompt, self.max_new_tokens = image, prompt, max_new_tokens
+        self.layout: dict[str, Any] = {}
+        self.tokens: torch.Tensor | None = None
+
+    def load(self, ctx: ExportContext) -> None:
+        if ctx.target is None:  # export_vlm: model and processor given
+            return
+        target = ctx.target
+        ctx.model_id, ctx.config, ctx.task = target.model_id, target.config, target.task
+        ctx.processor = load_processor(ctx.model_id, ctx.config, ctx.options.loading)  # before the weights
+        if target.model is not None:
+            ctx.model = target.model.eval()
+            return
+        try:
+            ctx.model = _load_model(_tasks_auto_class(ctx.task.base), ctx.model_id, ctx.config, ctx.options.loading)
+        except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
+            raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
+
+    def components(self, ctx: ExportContext) -> list[Component]:
+        self.parts, self.layout, self.tokens = observe_vlm(ctx.model, ctx.processor, self.image, self.prompt,
+                                                           self.max_new_tokens)
+        return super().components(ctx)
 
     def copy_files(self, ctx: ExportContext) -> None:
         (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
