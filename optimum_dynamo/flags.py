@@ -96,11 +96,11 @@ FLAGS: dict[str, Flag] = {
     "device": Flag("--device", HONOURED, "cpu; cuda is refused (no GPU export yet; the ONNX file runs on any device)",
                    "device", check=_device),
     "dtype": Flag("--dtype", HONOURED, "fp32, fp16: model loaded, captured, exported and validated in that dtype; "
-                  "bf16 refused (onnxruntime CPU)", "dtype", check=_dtype),
+                  "bf16 refused (onnxruntime CPU); image-text-to-text: fp32 only", "dtype", check=_dtype),
     "optimize": Flag("--optimize", HONOURED, "O1/O2 graph optimizations, O3 adds onnxruntime CPU fusions "
-                     "(decoders); O4 and encoder-decoder tasks refused", "optimize_level"),
+                     "(decoders); O4 and encoder-decoder tasks refused; image-text-to-text: O1/O2", "optimize_level"),
     "monolith": Flag("--monolith", HONOURED, "single-graph tasks give one model.onnx anyway; refused for "
-                     "encoder-decoder tasks (always encoder + decoder graphs)", "monolith"),
+                     "encoder-decoder and image-text-to-text tasks (always several graphs)", "monolith"),
     "no_post_process": Flag("--no-post-process", IGNORED, "ignored with --dynamo: nothing is merged afterwards "
                             "(one model.onnx already serves the first and later decoding steps)"),
     "variant": Flag("--variant", HONOURED, "`default` (optimum's variants are OnnxConfig layouts of metaclip2, "
@@ -115,7 +115,7 @@ FLAGS: dict[str, Flag] = {
     "library_name": Flag("--library-name", HONOURED, "transformers; sentence_transformers, timm and diffusers are "
                          "refused", check=_library),
     "model_kwargs": Flag("--model-kwargs", HONOURED, "keyword arguments of the model's forward, passed in every "
-                         "captured call and fixed in the graph", "model_kwargs"),
+                         "captured call and fixed in the graph (not image-text-to-text yet)", "model_kwargs"),
     "no_dynamic_axes": Flag("--no-dynamic-axes", REFUSED, "is not supported with --dynamo: every axis that can vary "
                             "is dynamic; drop it"),
     "no_constant_folding": Flag("--no-constant-folding", HONOURED, "skips the graph optimizer (constant folding "
