@@ -109,8 +109,19 @@ def test_behaves_like_an_optimum_ortmodel(exported):
     assert (ort.generation_config.pad_token_id, ort.generation_config.eos_token_id) == (0, 2)
     assert ort.device == torch.device("cpu") and ort.dtype == torch.float32
     assert ort.can_generate() and ort.main_input_name == "input_ids"
-    with pytest.raises(NotImplementedError, match="export_vlm"):
-        ORTModelForImageTextToText.from_pretrained(directory, export=True)
+    with pytest.raises(ValueError, match="the torchscript exporter has no export for image-text-to-text"):
+        ORTModelForImageTextToText.from_pretrained(directory.parent / "model", export=True, dynamo=False)
+
+
+def test_from_pretrained_exports(exported):
+    """`from_pretrained(checkpoint, export=True, dynamo=True)`: the CLI task's export, loaded: PyTorch's tokens."""
+    model, _, processor, directory = exported
+    if model.config.model_type != "llava":
+        pytest.skip("one family is enough for the wiring (each export takes ~15 s)")
+    ort = ORTModelForImageTextToText.from_pretrained(directory.parent / "model", export=True, dynamo=True)
+    assert sorted(ort.components) == sorted(json.loads((directory / "vlm.json").read_text())["components"])
+    expected, tokens = _both(model, ort, _two_images(model, processor), **GREEDY)
+    assert tokens == expected
 
 
 def test_save_pretrained_round_trip(exported, tmp_path):

@@ -138,19 +138,15 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
                    model_save_dir=model_save_dir or layout_path.parent, preprocessors=_processors(layout_path.parent))
 
     @classmethod
-    def _export(cls, model_id, config, **kwargs):
-        raise NotImplementedError(
-            "ORTModelForImageTextToText.from_pretrained(export=True) is not wired yet: run "
-            "optimum_dynamo.export_vlm(model_id, directory) and load the directory"
-        )
+    def _export(cls, model_id, config, dynamo: bool | None = None, **kwargs):
+        """`from_pretrained(model_id, export=True)`: the dynamo export (`--task image-text-to-text`) into a
+        temporary directory, then loaded; optimum's torchscript exporter has none for these models."""
+        if dynamo is False:
+            raise ValueError("ORTModelForImageTextToText: the torchscript exporter has no export for "
+                             "image-text-to-text models; pass dynamo=True (or leave it out)")
+        from ..integration import export_for_runtime
 
-    @classmethod
-    def _export_to(cls, model_id: str | Path, output: str | Path, **kwargs):
-        """`export_vlm(model_id, output, **kwargs)`: the directory `from_pretrained` loads (the hook for
-        `from_pretrained(id, export=True)`)."""
-        from ..exporters.vlm import export_vlm
-
-        return export_vlm(model_id, output, **kwargs)
+        return export_for_runtime(cls, model_id, config, **kwargs)
 
     def _save_config(self, save_directory):
         self.config.save_pretrained(save_directory)
