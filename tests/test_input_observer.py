@@ -166,7 +166,7 @@ def _first_then_steps(model, inputs, steps=2):
 
 @pytest.mark.skipif(TRANSFORMERS_4, reason="transformers 4.57's Gemma3 get_placeholder_mask guards on the data-dependent "
                     "count of image tokens (torch.export: GuardOnDataDependentSymNode); export_vlm splits the model")
-def test_pixels_on_the_first_call_only(tmp_path):
+def test_pixels_on_the_first_call_only(tmp_path, monkeypatch):
     model, inputs = _vlm(tmp_path)
     first = inputs(0, 3)
     missing = dict(pixel_values=torch.empty((0, *first["pixel_values"].shape[1:])))
@@ -197,3 +197,9 @@ def test_pixels_on_the_first_call_only(tmp_path):
         expected = model(**copy.deepcopy(call), past_key_values=copy.deepcopy(prefix), use_cache=True).logits
         got = program(**ours.infer_arguments({**call, "past_key_values": prefix})).logits
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+    # ONNX: Gemma3's image-token count check (torch_compilable_check) traces to aten._is_all_true, which
+    # torch.onnx cannot translate; transformers' switch turns such checks off
+    monkeypatch.setenv("TRANSFORMERS_DISABLE_TORCH_CHECK", "1")
+    onnx_program = torch.onnx.export(model, (), kwargs=kwargs, dynamic_shapes=shapes, dynamo=True)
+    feeds = ours.infer_arguments({**call, "past_key_values": prefix}, flat=True)
+    torch.testing.assert_close(onnx_program(*feeds)[0], expected, atol=1e-4, rtol=0)
