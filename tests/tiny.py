@@ -263,6 +263,20 @@ _VLM = {
         config=dict(image_token_index=4, projector_hidden_act="gelu", vision_feature_layer=-2),
         tokens={"image_token": "<image>"},
     ),
+    "paligemma": dict(  # the processor puts the image tokens first, then <s> and the text
+        vision=dict(_VISION, model_type="siglip_vision_model", projection_dim=32),
+        text=dict(model_type="gemma", head_dim=16),
+        config=dict(image_token_index=4, projection_dim=32, hidden_size=32),
+        tokens={"image_token": "<image>"},
+    ),
+    "aya_vision": dict(  # pixel shuffle (2x2) before the projector: 4 image tokens
+        vision=dict(_VISION, model_type="siglip_vision_model"),
+        text=dict(model_type="cohere2", layer_types=["full_attention", "full_attention"]),
+        config=dict(image_token_index=7, downsample_factor=2),
+        tokens={"image_token": "<image>", "start_of_img_token": "<|START_OF_IMG|>", "end_of_img_token": "<|END_OF_IMG|>",
+                "img_patch_token": "<|IMG_PATCH|>", "img_line_break_token": "<|IMG_LINE_BREAK|>",
+                "tile_global_token": "TILE_GLOBAL"},
+    ),
 }
 
 
@@ -276,20 +290,27 @@ def tiny_vlm_config(model_type: str, **text_overrides):
 
 def _tiny_processor(model_type: str, config):
     """The model's processor over a tiny image processor (32x32) and the tiny tokenizer with its image tokens."""
-    from transformers import AutoProcessor, CLIPImageProcessor, Gemma3ImageProcessor, Gemma3Processor, LlavaProcessor
+    from transformers import (AyaVisionProcessor, CLIPImageProcessor, Gemma3ImageProcessor, Gemma3Processor,
+                              GotOcr2ImageProcessor, LlavaProcessor, PaliGemmaProcessor, SiglipImageProcessor)
 
     tokens = _VLM[model_type]["tokens"]
     tokenizer = tiny_tokenizer(config.text_config.vocab_size, extra=tokens)
     if model_type == "gemma3":
         images = Gemma3ImageProcessor(size={"height": 32, "width": 32})
         return Gemma3Processor(images, tokenizer, image_seq_length=config.mm_tokens_per_image)
+    if model_type == "paligemma":
+        images = SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16)
+        return PaliGemmaProcessor(images, tokenizer)
+    if model_type == "aya_vision":  # one 32x32 tile per image, no thumbnail tiles
+        images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
+        return AyaVisionProcessor(images, tokenizer, patch_size=8, img_size=32, downsample_factor=2)
     images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     return LlavaProcessor(images, tokenizer, patch_size=8, vision_feature_select_strategy="default",
                           num_additional_image_tokens=1, image_token=tokens["image_token"])
 
 
 def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, bare: bool = False, **text_overrides) -> Path:
-    """Write a tiny image-text-to-text model ("gemma3" or "llava") and its processor to `path` (`bare`: the
+    """Write a tiny image-text-to-text model (a type of `_VLM`) and its processor to `path` (`bare`: the
     model only, no processor files); `text_overrides` change the text model's config (e.g. `sliding_window=8`)."""
     from transformers import AutoModelForImageTextToText, GenerationConfig
 

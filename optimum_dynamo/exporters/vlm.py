@@ -154,6 +154,59 @@ class VisionEncoder(torch.nn.Module):
         return InputObserver(cls(observer.module, keywords), "vision_encoder", calls=calls)
 
 
+class ImageFeatures(torch.nn.Module):
+    """The model's own `get_image_features(pixel_values)`: whatever the family does between the vision
+    tower and the text model (feature selection, pixel shuffle, projection, scaling) is in the graph.
+    Returns one row per image token, the images in order (transformers 5 returns the rows as the
+    output's `pooler_output`, several families a list with one tensor per image)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model  # the inner model (`model.model`), which has `get_image_features` in 4.57 and 5
+
+    def forward(self, pixel_values):
+        out = self.model.get_image_features(pixel_values=pixel_values)
+        if not isinstance(out, (torch.Tensor, list, tuple)):
+            out = out.pooler_output
+        if isinstance(out, (list, tuple)):
+            out = torch.cat([f.reshape(-1, f.shape[-1]) for f in out])
+        return out.reshape(-1, out.shape[-1])
+
+    @classmethod
+    def observed(cls, model, inputs: dict, language: Call, image_id: int) -> InputObserver:
+        """One call: the prompt's pixels -> the rows the model merged at its image tokens (read from the
+        language model's embeddings at the prefill), checked against this wrapper in PyTorch. (The pixels
+        come from the processor: transformers 5's `generate` encodes the image before the first step.)"""
+        wrapper = cls(model.model)
+        pixels = inputs["pixel_values"]
+        merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
+        with torch.no_grad():
+            rows = wrapper(pixels)
+        if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
+            raise ExportError(f"get_image_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
+                              "image rows the model merged into its embeddings: cannot export the image component")
+        return InputObserver(wrapper, "image_features", calls=[Call({"pixel_values": pixels}, merged)])
+
+
+def image_components(model, inputs: dict, obs: dict, image_id: int, layout: dict) -> dict:
+    """The vision tower and the projector as two graphs when the projector's output is what the model merged
+    and its input one of the tower's outputs (LLaVA, Gemma3; `layout` gets the join); else the model's
+    `get_image_features` as one graph (a pixel shuffle or a scaling between them: Aya Vision, PaliGemma 4.57)."""
+    merged = obs["language"].calls[0].kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
+    vision, projector = obs["vision"].calls, obs["projector"].calls
+    if len(vision) == 1 and len(projector) == 1 and isinstance(projector[0].outputs, torch.Tensor):
+        rows = projector[0].outputs.reshape(-1, merged.shape[-1])
+        try:
+            source, skip = feature_source(vision[0], projector[0])
+        except ExportError:
+            source = None
+        if source is not None and rows.shape == merged.shape and torch.equal(rows, merged):
+            layout.update(vision_output=source, vision_skip=skip)
+            return {"vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
+                    "multi_modal_projector": (obs["projector"], None, None)}
+    return {"image_features": (ImageFeatures.observed(model, inputs, obs["language"].calls[0], image_id), None, None)}
+
+
 def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tensor | None) -> list[Call]:
     """`TextDecoder` calls from the language model's calls (embeddings, positions, past) and the
     model's outputs at the same steps. Steps without a mask (transformers 5 drops an all-ones mask)
@@ -222,19 +275,21 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
         tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
     for name, observer in obs.items():
         logger.info("    %s", observer.summary())
-    if not obs["vision"].calls or not obs["projector"].calls:
-        raise ExportError("generate never ran the vision tower or the projector")
+    if not obs["language"].calls:
+        raise ExportError("generate never ran the language model")
 
     decoder = TextDecoder(model)
     image_id = image_token_id(model.config)
-    token_types = (inputs["input_ids"] == image_id).long() if decoder.uses_token_types else None
+    token_types = None
+    if decoder.uses_token_types:  # the processor's (PaliGemma: 0 on the prefix), else 1 at image tokens (Gemma3)
+        token_types = inputs.get("token_type_ids", (inputs["input_ids"] == image_id)).long()
     decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(obs["top"].calls, obs["language"].calls, token_types))
-    source, skip = feature_source(obs["vision"].calls[0], obs["projector"].calls[0])
+    positions = obs["language"].calls[0].kwargs["position_ids"]  # the prompt is not padded: 0.. or 1.. (PaliGemma)
 
     decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
+    join: dict[str, Any] = {}
     plan = {
-        "vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
-        "multi_modal_projector": (obs["projector"], None, None),
+        **image_components(model, inputs, obs, image_id, join),
         "embed_tokens": (obs["embed"], None, None),
         "decoder_model": (decoder_obs, decoder_inputs, {}),
     }
@@ -243,8 +298,8 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
         "components": {name: f"{name}/model.onnx" for name in plan},
         "image_token_id": image_id,
         "vocab_size": model.config.get_text_config().vocab_size,
-        "vision_output": source,
-        "vision_skip": skip,
+        **join,
+        "position_offset": int(positions.reshape(-1)[0]),
         "token_type_ids": token_types is not None,
     }
     return plan, layout, tokens[:, inputs["input_ids"].shape[1] :]

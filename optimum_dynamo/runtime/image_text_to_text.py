@@ -38,7 +38,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 VLM_FILE = "vlm.json"
 MANIFEST_FILE = "optimum_dynamo.json"
-COMPONENTS = ("vision_encoder", "multi_modal_projector", "embed_tokens", "decoder_model")
+COMPONENTS = ("image_features", "embed_tokens", "decoder_model")
+SPLIT_VISION = ("vision_encoder", "multi_modal_projector")  # directories exported before `image_features`
 PAST, PRESENT = "past_key_values.", "present."
 
 
@@ -79,8 +80,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         super(ORTModel, self).__init__(model=sessions["decoder_model"], config=config, preprocessors=preprocessors)
         self.layout = layout
         self.generation_config = generation_config or GenerationConfig.from_model_config(config)
-        self.components = {name: ORTComponent(sessions[name]) for name in COMPONENTS}
-        self.vision_encoder, self.multi_modal_projector, self.embed_tokens, self.decoder = self.components.values()
+        self.components = {name: ORTComponent(session) for name, session in sessions.items()}
+        self.embed_tokens, self.decoder = self.components["embed_tokens"], self.components["decoder_model"]
         self.initialize_ort_attributes(parts=list(self.components.values()))
         self.key_value_input_names = [n for n in self.decoder.input_names if n.startswith(PAST)]
         self.uses_token_types = "token_type_ids" in self.decoder.input_names
@@ -124,7 +125,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             provider=provider, providers=providers, provider_options=provider_options
         )
         sessions = {}
-        for name in COMPONENTS:
+        for name in layout["components"]:
             relative = Path(subfolder, layout["components"][name])
             path = cls._cached_file(model_id, filename=relative.name, subfolder=relative.parent.as_posix(), **hub)
             sessions[name] = InferenceSession(path, providers=providers, provider_options=provider_options,
@@ -165,9 +166,12 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     # ------------------------------------------------------------------ the steps
     def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens."""
-        vision = self.vision_encoder(pixel_values=pixel_values)
+        if "image_features" in self.components:  # the model's `get_image_features`
+            return self.components["image_features"](pixel_values=pixel_values)["output"]
+        vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the older split layout
         selected = vision[self.layout["vision_output"]][:, self.layout["vision_skip"] :]
-        features = self.multi_modal_projector(**{self.multi_modal_projector.first_input: selected})["output"]
+        projector = self.components["multi_modal_projector"]
+        features = projector(**{projector.first_input: selected})["output"]
         return features.reshape(-1, features.shape[-1])
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -221,6 +225,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         total = attention_mask.shape[1]
         if position_ids is None:  # from the mask, as transformers does for left padding
             position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)[:, -length:]
+        position_ids = position_ids + self.layout.get("position_offset", 0)  # PaliGemma counts from 1
         feed = {"inputs_embeds": embeds, "attention_mask": attention_mask, "position_ids": position_ids,
                 **dict(zip(self.key_value_input_names, flat_past))}
         if self.uses_token_types:

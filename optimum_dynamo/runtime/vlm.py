@@ -6,8 +6,8 @@
 
 One step at a time, as PyTorch's `generate` does:
 
-1. `vision_encoder` on the pixels; the output named in `vlm.json` (minus its dropped leading
-   positions) goes through `multi_modal_projector`: one feature row per image token;
+1. `image_features` on the pixels (the model's `get_image_features`): one row per image token
+   (directories of the older layout: `vision_encoder`, then `multi_modal_projector`);
 2. `embed_tokens` on the prompt; the rows at the image token positions are replaced by the features;
 3. `decoder_model` on the embeddings with an empty past (length 0), then on the embedding of each
    new token with the presents of the step before as past; the next token is the argmax of the logits.
@@ -46,7 +46,9 @@ class VlmRunner:
         return first.name
 
     def image_features(self, pixel_values: np.ndarray) -> np.ndarray:
-        """(images, tokens per image, hidden): the rows that replace the image tokens."""
+        """(image tokens, hidden): the rows that replace the image tokens."""
+        if "image_features" in self.sessions:
+            return self._run("image_features", {"pixel_values": pixel_values.astype(np.float32)})["output"]
         vision = self._run("vision_encoder", {"pixel_values": pixel_values.astype(np.float32)})
         selected = vision[self.layout["vision_output"]][:, self.layout["vision_skip"] :]
         return self._run("multi_modal_projector", {self._single_input("multi_modal_projector"): selected})["output"]
@@ -97,7 +99,7 @@ class VlmRunner:
             feed = {
                 "inputs_embeds": embeds,
                 "attention_mask": np.ones((1, total + length), dtype=np.int64),
-                "position_ids": np.arange(total, total + length, dtype=np.int64)[None],
+                "position_ids": np.arange(total, total + length, dtype=np.int64)[None] + self.layout.get("position_offset", 0),
                 **past,
             }
             total += length
