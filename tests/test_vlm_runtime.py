@@ -18,7 +18,7 @@ NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision"])
+@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma"])
 def exported(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"runtime-{request.param}")
     path = save_tiny_vlm(request.param, root / "model")

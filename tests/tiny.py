@@ -299,8 +299,13 @@ def _tiny_processor(model_type: str, config):
         images = Gemma3ImageProcessor(size={"height": 32, "width": 32})
         return Gemma3Processor(images, tokenizer, image_seq_length=config.mm_tokens_per_image)
     if model_type == "paligemma":
+        from transformers import GemmaTokenizerFast  # 4.57's processor takes only Gemma's tokenizer class
+
         images = SiglipImageProcessor(size={"height": 32, "width": 32}, image_seq_length=16)
-        return PaliGemmaProcessor(images, tokenizer)
+        gemma = GemmaTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>", unk_token="<unk>", padding_side="left")
+        gemma.add_special_tokens({"additional_special_tokens": ["<image>"]})
+        return PaliGemmaProcessor(images, gemma)
     if model_type == "aya_vision":  # one 32x32 tile per image, no thumbnail tiles
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
         return AyaVisionProcessor(images, tokenizer, patch_size=8, img_size=32, downsample_factor=2)
