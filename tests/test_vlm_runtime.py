@@ -63,6 +63,8 @@ def test_greedy_tokens_equal_pytorch_on_a_left_padded_batch(exported):
 
 def test_prompts_without_an_image(exported):
     model, ort, processor, _ = exported
+    if model.config.model_type == "paligemma":
+        pytest.skip("PaliGemma's processor refuses text without images (`images` are expected)")
     inputs = _inputs(model, processor, ["the quick brown fox", "hello world"])
     assert "pixel_values" not in inputs
     expected, tokens = _both(model, ort, inputs, **GREEDY)
@@ -92,7 +94,10 @@ def test_several_images_in_one_prompt(exported):
     expected, tokens = _both(model, ort, inputs, **GREEDY)
     assert tokens == expected
     swapped = dict(inputs, pixel_values=inputs["pixel_values"][[1, 0, 2]])  # rows go to the image tokens in order
-    assert _both(model, ort, swapped, **GREEDY)[1] != tokens
+    expected, tokens = _both(model, ort, swapped, **GREEDY)
+    assert tokens == expected
+    with torch.no_grad():  # the order matters (tokens alone may not show it: tiny Aya Vision barely reads images)
+        assert not torch.allclose(ort(**swapped).logits, ort(**inputs).logits, atol=1e-6)
 
 
 def test_image_tokens_without_pixels_are_refused(exported):
@@ -128,9 +133,9 @@ def test_save_pretrained_round_trip(exported, tmp_path):
     model, ort, processor, directory = exported
     ort.save_pretrained(tmp_path / "saved")
     saved = sorted(p.relative_to(tmp_path / "saved").as_posix() for p in (tmp_path / "saved").rglob("*") if p.is_file())
-    for name in ("vision_encoder", "multi_modal_projector", "embed_tokens", "decoder_model"):
-        assert f"{name}/model.onnx" in saved
-    assert {"vlm.json", "config.json", "generation_config.json", "processor_config.json"} <= set(saved)
+    for relative in ort.layout["components"].values():  # the layout's graphs (paligemma on 4.57: image_features)
+        assert relative in saved
+    assert {"vlm.json", "config.json", "generation_config.json"} <= set(saved)  # and the processor: loaded below
     assert json.loads((tmp_path / "saved" / "vlm.json").read_text()) == ort.layout
     again = ORTModelForImageTextToText.from_pretrained(tmp_path / "saved")
     assert again.model_save_dir == tmp_path / "saved"
