@@ -107,6 +107,19 @@ def test_image_tokens_without_pixels_are_refused(exported):
         ort.generate(**inputs, **GREEDY)
 
 
+def test_an_image_size_not_exported_is_refused(exported):
+    """The processors of these families resize to one size; the graph's size is fixed: another is refused."""
+    model, ort, processor, _ = exported
+    inputs = _two_images(model, processor)
+    pixels = inputs["pixel_values"]
+    other = torch.nn.functional.interpolate(pixels, size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))
+    size = "x".join(map(str, pixels.shape[1:]))
+    with pytest.raises(ValueError, match=rf"^pixel_values of shape \({', '.join(map(str, other.shape))}\): the "
+                                         rf"exported image graph takes images of {size} \(fixed at export\); "
+                                         "resize them with the model's processor$"):
+        ort.generate(**dict(inputs, pixel_values=other), **GREEDY)
+
+
 def test_behaves_like_an_optimum_ortmodel(exported):
     model, ort, _, directory = exported
     assert type(ort.config) is type(model.config) and ort.config.model_type == model.config.model_type

@@ -38,8 +38,6 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 VLM_FILE = "vlm.json"
 MANIFEST_FILE = "optimum_dynamo.json"
-COMPONENTS = ("image_features", "embed_tokens", "decoder_model")
-SPLIT_VISION = ("vision_encoder", "multi_modal_projector")  # directories exported before `image_features`
 PAST, PRESENT = "past_key_values.", "present."
 
 
@@ -166,13 +164,25 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     # ------------------------------------------------------------------ the steps
     def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens."""
+        self._check_image_size(pixel_values)
         if "image_features" in self.components:  # the model's `get_image_features`
             return self.components["image_features"](pixel_values=pixel_values)["output"]
-        vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the older split layout
+        vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the split layout: tower, projector
         selected = vision[self.layout["vision_output"]][:, self.layout["vision_skip"] :]
         projector = self.components["multi_modal_projector"]
         features = projector(**{projector.first_input: selected})["output"]
         return features.reshape(-1, features.shape[-1])
+
+    def _check_image_size(self, pixel_values: torch.Tensor) -> None:
+        """Images of the size the image graph was exported with (the manifest's fixed axes), else one line: never
+        resized here."""
+        graph = self.components.get("image_features") or self.components["vision_encoder"]
+        dims = list(graph.input_shapes["pixel_values"])
+        if len(dims) != pixel_values.dim() or any(
+                isinstance(d, int) and d != size for d, size in zip(dims[1:], pixel_values.shape[1:])):
+            fixed = "x".join(str(d) if isinstance(d, int) else "any" for d in dims[1:])
+            raise ValueError(f"pixel_values of shape {tuple(pixel_values.shape)}: the exported image graph takes images "
+                             f"of {fixed} (fixed at export); resize them with the model's processor")
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         ids = torch.where(input_ids >= self.layout["vocab_size"], 0, input_ids)  # out-of-vocabulary image tokens
