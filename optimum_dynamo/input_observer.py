@@ -42,6 +42,7 @@ class InputObserver:
         self._recorder: Recorder | None = None
         self._registered = False
         self._inferred: dict[tuple, ExportArguments] = {}
+        self._completed: tuple[int, list[Call]] = (0, [])  # `_calls()` for that many recorded calls
 
     @contextmanager
     def __call__(self, model: torch.nn.Module, store_n_calls: int = 3, method_name: str = "forward"):
@@ -168,10 +169,12 @@ class InputObserver:
     def _calls(self) -> list[Call]:
         """The recorded calls, each argument it lacks taken from `value_if_missing`."""
         self._check_captured()
-        fill = {self._name(k): v for k, v in self.value_if_missing.items()}
-        calls = [Call({**c.kwargs, **{k: v for k, v in fill.items() if c.kwargs.get(k) is None}}, c.outputs,
-                      c.positional, c.seconds) for c in self._recorder.calls]
-        return _structured_empty_caches(calls)
+        if self._completed[0] != self.num_obs():  # made once per recording (caches are flattened to complete them)
+            fill = {self._name(k): v for k, v in self.value_if_missing.items()}
+            calls = [Call({**c.kwargs, **{k: v for k, v in fill.items() if c.kwargs.get(k) is None}}, c.outputs,
+                          c.positional, c.seconds) for c in self._recorder.calls]
+            self._completed = (self.num_obs(), _structured_empty_caches(calls))
+        return self._completed[1]
 
     def _inputs(self) -> list[str]:
         """Tensor and cache arguments, in the method's order (those caught by `**kwargs` last)."""
