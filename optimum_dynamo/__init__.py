@@ -21,7 +21,6 @@ _API = {
     "export_vlm": "optimum_dynamo.exporters.vlm",
     "export_executorch": "optimum_dynamo.exporters.executorch",
     "PteCausalLM": "optimum_dynamo.runtime.executorch",
-    "VlmRunner": "optimum_dynamo.runtime.vlm",
     "ORTModelForImageTextToText": "optimum_dynamo.runtime.image_text_to_text",
     "load_program": "optimum_dynamo.exporters.pt2",
     "load_package": "optimum_dynamo.exporters.pt2",
@@ -29,7 +28,14 @@ _API = {
 }
 
 
+# Names removed before the first release -> what replaces them.
+_REMOVED = {"VlmRunner": "ORTModelForImageTextToText (optimum_dynamo.ORTModelForImageTextToText.from_pretrained(directory)"
+                         ".generate(**processor(images=..., text=...)))"}
+
+
 def __getattr__(name):
+    if name in _REMOVED:
+        raise AttributeError(f"optimum_dynamo.{name} was removed: use {_REMOVED[name]}")
     if name in _API:
         import importlib
 

@@ -94,3 +94,19 @@ def bare_exports(bare_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("bare-onnx")
     return memoized(lambda model_type: cli_export(root / model_type, "--no-fallback", "--model",
                                                   bare_checkpoints(model_type), "--task", BARE[model_type][0]))
+
+
+@pytest.fixture(scope="session")
+def vlm_exports(tmp_path_factory):
+    """`export_vlm` of a tiny image-text-to-text checkpoint (atol 1e-4), made once per session and shared by the
+    VLM test files: vlm_exports("llava") -> (checkpoint dir, VlmExport)."""
+    from tiny import save_tiny_vlm
+
+    from optimum_dynamo import export_vlm
+
+    def make(model_type):
+        root = tmp_path_factory.mktemp(f"vlm-{model_type}")
+        path = save_tiny_vlm(model_type, root / "model")
+        return path, export_vlm(path, root / "onnx", atol=1e-4)
+
+    return memoized(make)

@@ -1,32 +1,30 @@
 """Vision-language models (tiny Gemma3 and LLaVA, random weights): the vision encoder, projector, token
 embedding and text decoder observed in one real `generate` with an image, each exported and checked
-by onnxruntime on its recorded calls; the onnxruntime loop over them gives PyTorch's greedy tokens."""
+by onnxruntime on its recorded calls; the graphs, joined by `ORTModelForImageTextToText`, give PyTorch's
+first logits (within 1e-4) and greedy tokens."""
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from optimum_dynamo import export_vlm
+from optimum_dynamo import ORTModelForImageTextToText, export_vlm
 from optimum_dynamo.errors import ExportError
 from optimum_dynamo.exporters.vlm import default_image, processor_inputs
-from optimum_dynamo.runtime.vlm import VlmRunner
 from tiny import save_tiny_vlm
 
 ATOL = 1e-4
 NEW_TOKENS = 8
+GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 PAST = [f"past_key_values.{i}.{kv}" for i in range(2) for kv in ("key", "value")]
 # model type -> (vision output fed to the projector, leading positions dropped, decoder takes token types)
 EXPECTED = {"gemma3": ("last_hidden_state", 0, True), "llava": ("hidden_states.1", 1, False)}
 
 
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
-def exported(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(request.param)
-    path = save_tiny_vlm(request.param, root / "model")
-    result = export_vlm(path, root / "onnx", atol=ATOL)
+def exported(request, vlm_exports):
+    path, result = vlm_exports(request.param)
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
     return request.param, model, AutoProcessor.from_pretrained(path), result
 
@@ -71,28 +69,23 @@ def test_layout_names_and_files(exported):
 
 
 @pytest.mark.parametrize("seed, words", [(1, "the quick {} brown fox"), (2, "hello world {} from the lazy dog")])
-def test_onnxruntime_loop_gives_pytorch_greedy_tokens(exported, seed, words):
+def test_graphs_give_pytorch_s_first_logits_and_greedy_tokens(exported, seed, words):
     _, model, processor, result = exported
     inputs = processor_inputs(model, processor, default_image(seed=seed), _prompt(processor, words))
+    ort = ORTModelForImageTextToText.from_pretrained(result.output)
     with torch.no_grad():
-        expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-        first = model(**inputs).logits[0, -1]
-    tokens, logits = VlmRunner(result.output).generate(
-        inputs["input_ids"].numpy(), inputs["pixel_values"].numpy(), max_new_tokens=NEW_TOKENS, return_logits=True
-    )
-    assert tokens.tolist() == expected[:, inputs["input_ids"].shape[1] :].tolist()
-    assert np.abs(logits[0] - first.numpy()).max() < ATOL
+        expected = model.generate(**inputs, **GREEDY)
+        assert (ort(**inputs).logits[0, -1] - model(**inputs).logits[0, -1]).abs().max() < ATOL
+        assert ort.generate(**inputs, **GREEDY).tolist() == expected.tolist()
 
 
 def test_the_image_changes_the_first_logits(exported):
     _, model, processor, result = exported
-    runner = VlmRunner(result.output)
-    firsts = []
-    for seed in (3, 4):
-        inputs = processor_inputs(model, processor, default_image(seed=seed), _prompt(processor))
-        firsts.append(runner.generate(inputs["input_ids"].numpy(), inputs["pixel_values"].numpy(),
-                                      max_new_tokens=1, return_logits=True)[1][0])
-    assert np.abs(firsts[0] - firsts[1]).max() > 1e-3
+    ort = ORTModelForImageTextToText.from_pretrained(result.output)
+    with torch.no_grad():
+        firsts = [ort(**processor_inputs(model, processor, default_image(seed=seed), _prompt(processor))).logits[0, -1]
+                  for seed in (3, 4)]
+    assert (firsts[0] - firsts[1]).abs().max() > 1e-3
 
 
 def test_gemma3_image_tokens_attend_to_each_other(exported):
@@ -100,28 +93,20 @@ def test_gemma3_image_tokens_attend_to_each_other(exported):
     model_type, model, processor, result = exported
     if model_type != "gemma3":
         pytest.skip("only Gemma3 attends bidirectionally within an image")
-    runner = VlmRunner(result.output)
+    ort = ORTModelForImageTextToText.from_pretrained(result.output)
     inputs = processor_inputs(model, processor, default_image(seed=5), _prompt(processor))
-    ids = inputs["input_ids"].numpy()
-    embeds = runner.prompt_embeddings(ids, inputs["pixel_values"].numpy())
-    feed = {"inputs_embeds": embeds, "attention_mask": np.ones_like(ids), "position_ids": np.arange(ids.shape[1])[None],
-            **runner.empty_past(1)}
+    ids = inputs["input_ids"]
+    feed = {"inputs_embeds": ort.prompt_embeddings(ids, inputs["pixel_values"]), "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(ids.shape[1])[None],
+            **dict(zip(ort.key_value_input_names, [t for pair in ort.empty_past(1) for t in pair]))}
     with torch.no_grad():
         expected = model(**inputs, use_cache=True).past_key_values
-    expected_key = torch.stack([expected.layers[1].keys] if hasattr(expected, "layers") else [expected.key_cache[1]])[0]
+    expected_key = expected.layers[1].keys if hasattr(expected, "layers") else expected.key_cache[1]
     differences = []
-    for types in ((ids == 4).astype(np.int64), np.zeros_like(ids)):
-        out = runner._run("decoder_model", dict(feed, token_type_ids=types))
-        differences.append(np.abs(out["present.1.key"] - expected_key.numpy()).max())
+    for types in ((ids == 4).long(), torch.zeros_like(ids)):
+        out = ort.decoder(**feed, token_type_ids=types)
+        differences.append((out["present.1.key"] - expected_key).abs().max())
     assert differences[0] < ATOL and differences[1] > 1e-3
-
-
-def test_runner_refuses_a_batch_of_two(exported):
-    _, model, processor, result = exported
-    inputs = processor_inputs(model, processor, default_image(), _prompt(processor))
-    ids = inputs["input_ids"].numpy().repeat(2, axis=0)
-    with pytest.raises(ValueError, match="the runner supports batch 1, got a batch of 2"):
-        VlmRunner(result.output).generate(ids, inputs["pixel_values"].numpy().repeat(2, axis=0))
 
 
 def test_prompt_without_image_placeholder_is_refused(tmp_path):
@@ -140,7 +125,7 @@ def test_atol_below_the_measured_difference_names_the_component_and_leaves_nothi
 
 def test_gemma3_generates_past_its_sliding_window(tmp_path):
     """Observed across the window (10-token prompt, window 12, 6 new tokens), the sliding past is a
-    bounded axis of its own, and 14 runner tokens (24 positions) equal PyTorch's."""
+    bounded axis of its own, and 14 greedy tokens (24 positions) equal PyTorch's."""
     path = save_tiny_vlm("gemma3", tmp_path / "model", sliding_window=12)
     result = export_vlm(path, tmp_path / "onnx", max_new_tokens=6, atol=ATOL)
     axes = result.components["decoder_model"].arguments.axis_names
@@ -150,7 +135,15 @@ def test_gemma3_generates_past_its_sliding_window(tmp_path):
     processor = AutoProcessor.from_pretrained(path)
     inputs = processor_inputs(model, processor, default_image(seed=1), _prompt(processor))
     assert inputs["input_ids"].shape[1] == 10
+    options = dict(max_new_tokens=14, min_new_tokens=14, do_sample=False)
     with torch.no_grad():
-        expected = model.generate(**inputs, max_new_tokens=14, min_new_tokens=14, do_sample=False)
-    tokens = VlmRunner(result.output).generate(inputs["input_ids"].numpy(), inputs["pixel_values"].numpy(), max_new_tokens=14)
-    assert tokens.tolist() == expected[:, 10:].tolist()
+        expected = model.generate(**inputs, **options)
+        tokens = ORTModelForImageTextToText.from_pretrained(result.output).generate(**inputs, **options)
+    assert tokens.tolist() == expected.tolist()
+
+
+def test_the_removed_runner_names_its_replacement():
+    import optimum_dynamo
+
+    with pytest.raises(AttributeError, match=r"^optimum_dynamo\.VlmRunner was removed: use ORTModelForImageTextToText "):
+        optimum_dynamo.VlmRunner

@@ -1,7 +1,7 @@
 """`optimum-cli export onnx --dynamo --task image-text-to-text` (the real CLI, in a subprocess) on tiny Gemma3
 and LLaVA checkpoints: the four component graphs, one manifest on top, the config, generation config and
 processor beside them; the task inferred when --task is omitted; the exported graphs give PyTorch's greedy
-tokens through `VlmRunner`; options it cannot honour, a checkpoint without processor files and the export
+tokens through `ORTModelForImageTextToText`; options it cannot honour, a checkpoint without processor files and the export
 without --dynamo are one error line, exit status 1 and nothing written."""
 
 import json
@@ -11,9 +11,9 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from optimum_dynamo import ORTModelForImageTextToText
 from optimum_dynamo.exporters.vlm import default_image, processor_inputs
 from optimum_dynamo.manifest import read_manifest
-from optimum_dynamo.runtime.vlm import VlmRunner
 from tiny import save_tiny_vlm
 
 from conftest import optimum_cli
@@ -104,9 +104,9 @@ def test_greedy_tokens_equal_pytorch(model_type, checkpoints, exported):
     inputs = processor_inputs(model, processor, default_image(seed=7), f"hello world {placeholder} from the lazy dog")
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-    tokens = VlmRunner(out).generate(inputs["input_ids"].numpy(), inputs["pixel_values"].numpy(),
-                                     max_new_tokens=NEW_TOKENS)
-    assert tokens.tolist() == expected[:, inputs["input_ids"].shape[1]:].tolist()
+        tokens = ORTModelForImageTextToText.from_pretrained(out).generate(
+            **inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    assert tokens.tolist() == expected.tolist()
 
 
 def test_main_export_from_python(checkpoints, exported, tmp_path):

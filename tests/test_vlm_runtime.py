@@ -10,23 +10,20 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
-from optimum_dynamo import ORTModelForImageTextToText, export_vlm
+from optimum_dynamo import ORTModelForImageTextToText
 from optimum_dynamo.exporters.vlm import default_image
-from tiny import save_tiny_vlm
 
 NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
 @pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma"])
-def exported(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(f"runtime-{request.param}")
-    path = save_tiny_vlm(request.param, root / "model")
-    export_vlm(path, root / "onnx", atol=1e-4)
+def exported(request, vlm_exports):
+    path, result = vlm_exports(request.param)
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
-    processor = AutoProcessor.from_pretrained(root / "onnx")
+    processor = AutoProcessor.from_pretrained(result.output)
     processor.tokenizer.padding_side = "left"
-    return model, ORTModelForImageTextToText.from_pretrained(root / "onnx"), processor, root / "onnx"
+    return model, ORTModelForImageTextToText.from_pretrained(result.output), processor, result.output
 
 
 def _inputs(model, processor, texts, images=None):

@@ -6,8 +6,8 @@ each exported to ONNX and checked by onnxruntime on the calls it received.
 
 `out/` then holds one directory per component (`model.onnx`, `model.onnx_data`), one manifest on top
 (`optimum_dynamo.json`, a record per component under `components`), the model's config, generation
-config and processor, and `vlm.json`, which tells the runtime (`optimum_dynamo.ORTModelForImageTextToText`,
-`runtime.vlm.VlmRunner`) how to join them:
+config and processor, and `vlm.json`, which tells the runtime (`optimum_dynamo.ORTModelForImageTextToText`)
+how to join them:
 
 - `vision_encoder`: the vision tower, `pixel_values` -> its outputs (hidden states included when
   the model asks for them);

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PROMPTS, SOURCE, greedy, onnx_defines_dynamo, padded, run, transformers_major
+from conftest import PROMPTS, SOURCE, greedy, onnx_defines_dynamo, padded, run, tiny, transformers_major
 
 
 def test_wheel_holds_every_package_of_the_source_tree_and_no_tests():
@@ -92,3 +92,36 @@ def test_seq2seq_export_runs_in_ort_model_for_seq2seq(checkpoints, tmp_path):
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
     assert torch.equal(greedy(ort_model, inputs), greedy(torch_model, inputs))
 
+
+
+ORT_VLM_TOKENS = """
+import json, sys, torch
+from optimum_dynamo import ORTModelForImageTextToText
+inputs = torch.load(sys.argv[2])
+model = ORTModelForImageTextToText.from_pretrained(sys.argv[1])
+print(json.dumps(model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False).tolist()))
+"""
+
+
+def test_vlm_export_runs_in_ort_model_for_image_text_to_text(tmp_path):
+    """The task inferred from the checkpoint by the real CLI; the user's script imports the runtime class from
+    the package (optimum-onnx has none) in its own process: PyTorch's tokens on a left-padded batch of 2."""
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    ckpt, out = tiny.save_tiny_vlm("llava", tmp_path / "llava"), tmp_path / "onnx"
+    export = run("optimum-cli", "export", "onnx", "--dynamo", "--model", ckpt, out)
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert json.loads((out / "optimum_dynamo.json").read_text())["task"] == "image-text-to-text"
+    processor = AutoProcessor.from_pretrained(out)
+    processor.tokenizer.padding_side = "left"
+    images = [Image.new("RGB", (40, 40), color) for color in ("red", "navy")]
+    batch = processor(images=images, text=["the <image> fox", "hello <image> world from the lazy dog"],
+                      return_tensors="pt", padding=True)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "pixel_values")}
+    assert (inputs["attention_mask"] == 0).any()
+    torch.save(inputs, tmp_path / "inputs.pt")
+    tokens = run("python", "-c", ORT_VLM_TOKENS, out, tmp_path / "inputs.pt")
+    assert tokens.returncode == 0, tokens.stderr[-3000:]
+    torch_model = AutoModelForImageTextToText.from_pretrained(ckpt).eval()
+    assert json.loads(tokens.stdout.splitlines()[-1]) == greedy(torch_model, inputs).tolist()
