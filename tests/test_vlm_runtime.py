@@ -17,7 +17,7 @@ NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma"])
+@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl"])
 def exported(request, vlm_exports):
     path, result = vlm_exports(request.param)
     model = AutoModelForImageTextToText.from_pretrained(path).eval()

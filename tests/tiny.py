@@ -5,6 +5,7 @@ The Hub is never contacted: configs come from `AutoConfig.for_model`, shrunk.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -277,6 +278,13 @@ _VLM = {
                 "img_patch_token": "<|IMG_PATCH|>", "img_line_break_token": "<|IMG_LINE_BREAK|>",
                 "tile_global_token": "TILE_GLOBAL"},
     ),
+    "internvl": dict(  # pixel shuffle (0.5) in get_image_features, outside the projector: 4 image tokens
+        vision=dict(_VISION, model_type="internvl_vision"),
+        text=dict(model_type="qwen2"),
+        config=dict(image_token_id=6, image_seq_length=4),
+        tokens={"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+                "video_token": "<video>"},
+    ),
 }
 
 
@@ -286,6 +294,22 @@ def tiny_vlm_config(model_type: str, **text_overrides):
     spec = _VLM[model_type]
     text = dict(_DECODER, pad_token_id=0, bos_token_id=1, eos_token_id=2, **dict(spec["text"], **text_overrides))
     return AutoConfig.for_model(model_type, text_config=text, vision_config=spec["vision"], **spec["config"])
+
+
+@functools.cache
+def _internvl_images_processor():
+    """InternVL's processor without its video processor, whose class needs torchvision (not installed here): what a
+    user without torchvision builds. Registered, so `AutoProcessor` loads it back in this process."""
+    from transformers import AutoProcessor, InternVLConfig, InternVLProcessor
+
+    class InternVLImagesProcessor(InternVLProcessor):
+        attributes = ["image_processor", "tokenizer"]  # 4.57 reads this; 5 reads the signature
+
+        def __init__(self, image_processor=None, tokenizer=None, image_seq_length=256, chat_template=None, **kwargs):
+            super().__init__(image_processor, tokenizer, None, image_seq_length, chat_template, **kwargs)
+
+    AutoProcessor.register(InternVLConfig, InternVLImagesProcessor, exist_ok=True)
+    return InternVLImagesProcessor
 
 
 def _tiny_processor(model_type: str, config):
@@ -309,6 +333,9 @@ def _tiny_processor(model_type: str, config):
     if model_type == "aya_vision":  # one 32x32 tile per image, no thumbnail tiles
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
         return AyaVisionProcessor(images, tokenizer, patch_size=8, img_size=32, downsample_factor=2)
+    if model_type == "internvl":  # one 32x32 patch per image
+        images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
+        return _internvl_images_processor()(images, tokenizer, image_seq_length=config.image_seq_length)
     images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     return LlavaProcessor(images, tokenizer, patch_size=8, vision_feature_select_strategy="default",
                           num_additional_image_tokens=1, image_token=tokens["image_token"])
