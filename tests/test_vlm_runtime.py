@@ -26,11 +26,12 @@ def exported(request, vlm_exports):
     return model, ORTModelForImageTextToText.from_pretrained(result.output), processor, result.output
 
 
-def _inputs(model, processor, texts, images=None):
+def _inputs(model, processor, texts, images=None, **options):
     """The processor's batch, padded, without the keys `model.forward` does not take (the tiny tokenizer's
     token types, which LLaVA's `generate` refuses)."""
     placeholder = getattr(processor, "boi_token", None) or processor.image_token
-    batch = processor(images=images, text=[t.format(image=placeholder) for t in texts], return_tensors="pt", padding=True)
+    batch = processor(images=images, text=[t.format(image=placeholder) for t in texts], return_tensors="pt", padding=True,
+                      **options)
     params = inspect.signature(model.forward).parameters
     return {k: v for k, v in batch.items() if k in params and k != "labels"}
 
@@ -95,6 +96,20 @@ def test_several_images_in_one_prompt(exported):
     assert tokens == expected
     with torch.no_grad():  # the order matters (tokens alone may not show it: tiny Aya Vision barely reads images)
         assert not torch.allclose(ort(**swapped).logits, ort(**inputs).logits, atol=1e-6)
+
+
+def test_images_split_in_tiles(exported):
+    """Processors that cut an image into tiles of the exported size (`crop_to_patches`): more rows of pixels, in order."""
+    model, ort, processor, _ = exported
+    if not hasattr(processor.image_processor, "crop_to_patches"):
+        pytest.skip(f"{type(processor.image_processor).__name__} does not cut images into tiles")
+    wide = default_image(seed=7).resize((100, 40))
+    texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
+    inputs = _inputs(model, processor, texts, [[wide], [default_image(seed=8)]])
+    tiled = _inputs(model, processor, texts, [[wide], [default_image(seed=8)]], crop_to_patches=True, max_patches=4)
+    assert tiled["pixel_values"].shape[0] > inputs["pixel_values"].shape[0]
+    expected, tokens = _both(model, ort, tiled, **GREEDY)
+    assert tokens == expected
 
 
 def test_image_tokens_without_pixels_are_refused(exported):
