@@ -150,6 +150,19 @@ def test_checkpoint_without_processor_files_is_refused(checkpoints, tmp_path):
     assert not out.exists() and sorted(p.name for p in bare.iterdir()) == before
 
 
+def test_processor_needing_torchvision_is_refused_naming_it(tmp_path):
+    """InternVL's processor declares a video processor; without torchvision (these environments) transformers
+    cannot build it: one line that says so."""
+    ckpt, out = save_tiny_vlm("internvl", tmp_path / "internvl"), tmp_path / "out"
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, out)
+    assert run.returncode == 1
+    (line,) = _error_lines(run)
+    assert re.fullmatch(rf"{PROG}: error: cannot load InternVLProcessor from {ckpt} \(([\w ]+)\): it declares a video "
+                        "processor, and transformers' video processors need torchvision, which is not installed "
+                        r"\(pip install torchvision\)", line), line
+    assert not out.exists()
+
+
 def test_atol_is_honoured(checkpoints, tmp_path):
     out = tmp_path / "out"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints["llava"], "--atol", "1e-12", out)

@@ -234,12 +234,31 @@ def load_processor(model_id: str, config, loading: dict):
     from transformers import AutoProcessor
 
     try:
-        return AutoProcessor.from_pretrained(model_id, **loading)
+        processor = AutoProcessor.from_pretrained(model_id, **loading)
+        if hasattr(processor, "image_processor"):
+            return processor
+        got = f"got a {type(processor).__name__} only"  # AutoProcessor's fallback when no processor class loads
     except Exception as e:
-        name = _processor_name(config)
-        raise ExportError(f"cannot load {name} from {model_id} ({type(e).__name__}): image-text-to-text exports run the "
-                          "model on an image and a prompt, which need the checkpoint's processor files (tokenizer and "
-                          f"image processor); save them beside the model ({name}.save_pretrained)") from None
+        got = type(e).__name__
+    name = _processor_name(config)
+    if _needs_torchvision(name):
+        raise ExportError(f"cannot load {name} from {model_id} ({got}): it declares a video processor, and "
+                          "transformers' video processors need torchvision, which is not installed (pip install torchvision)")
+    raise ExportError(f"cannot load {name} from {model_id} ({got}): image-text-to-text exports run the model on an image "
+                      "and a prompt, which need the checkpoint's processor files (tokenizer and image processor); save "
+                      f"them beside the model ({name}.save_pretrained)")
+
+
+def _needs_torchvision(name: str) -> bool:
+    """Whether processor class `name` takes a video processor while torchvision (which every video processor of
+    transformers needs) is missing."""
+    import importlib.util
+
+    import transformers
+
+    cls = getattr(transformers, name, None)
+    return (importlib.util.find_spec("torchvision") is None and cls is not None
+            and "video_processor" in inspect.signature(cls.__init__).parameters)
 
 
 def _processor_name(config) -> str:
