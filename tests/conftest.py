@@ -100,13 +100,13 @@ def bare_exports(bare_checkpoints, tmp_path_factory):
 def vlm_exports(tmp_path_factory):
     """`export_vlm` of a tiny image-text-to-text checkpoint (atol 1e-4), made once per session and shared by the
     VLM test files: vlm_exports("llava") -> (checkpoint dir, VlmExport)."""
-    from tiny import save_tiny_vlm
+    from tiny import save_tiny_vlm, tiny_vlm_processor
 
     from optimum_dynamo import export_vlm
 
     def make(model_type):
         root = tmp_path_factory.mktemp(f"vlm-{model_type}")
         path = save_tiny_vlm(model_type, root / "model")
-        return path, export_vlm(path, root / "onnx", atol=1e-4)
+        return path, export_vlm(path, root / "onnx", processor=tiny_vlm_processor(path, model_type), atol=1e-4)
 
     return memoized(make)

@@ -11,17 +11,18 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
 from optimum_dynamo import ORTModelForImageTextToText
-from optimum_dynamo.exporters.vlm import default_image
+from optimum_dynamo.exporters.vlm import default_image, image_placeholder
+from tiny import tiny_vlm_processor
 
 NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl"])
+@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl"])
 def exported(request, vlm_exports):
     path, result = vlm_exports(request.param)
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
-    processor = AutoProcessor.from_pretrained(result.output)
+    processor = tiny_vlm_processor(path, request.param)
     processor.tokenizer.padding_side = "left"
     return model, ORTModelForImageTextToText.from_pretrained(result.output), processor, result.output
 
@@ -29,7 +30,7 @@ def exported(request, vlm_exports):
 def _inputs(model, processor, texts, images=None, **options):
     """The processor's batch, padded, without the keys `model.forward` does not take (the tiny tokenizer's
     token types, which LLaVA's `generate` refuses)."""
-    placeholder = getattr(processor, "boi_token", None) or processor.image_token
+    placeholder = image_placeholder(processor, model.config)
     batch = processor(images=images, text=[t.format(image=placeholder) for t in texts], return_tensors="pt", padding=True,
                       **options)
     params = inspect.signature(model.forward).parameters

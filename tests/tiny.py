@@ -285,6 +285,13 @@ _VLM = {
         tokens={"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
                 "video_token": "<video>"},
     ),
+    "qwen2_vl": dict(  # 8x8 patches merged 2x2: a 32x32 image is 16 patches, 4 image tokens
+        vision=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=8, spatial_merge_size=2, mlp_ratio=2),
+        text=dict(rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
+        config=dict(image_token_id=4, video_token_id=5, vision_start_token_id=6, vision_end_token_id=7),
+        tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<|vision_start|>",
+                "vision_end_token": "<|vision_end|>"},
+    ),
 }
 
 
@@ -336,9 +343,36 @@ def _tiny_processor(model_type: str, config):
     if model_type == "internvl":  # one 32x32 patch per image
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
         return _internvl_images_processor()(images, tokenizer, image_seq_length=config.image_seq_length)
+    if model_type == "qwen2_vl":
+        return _qwen_vl_processor(tokenizer)
     images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     return LlavaProcessor(images, tokenizer, patch_size=8, vision_feature_select_strategy="default",
                           num_additional_image_tokens=1, image_token=tokens["image_token"])
+
+
+def _qwen_vl_processor(tokenizer):
+    """Qwen2-VL's processor (images of 32x32 to 64x64 pixels, 8x8 patches merged 2x2) without its video processor,
+    which needs torchvision (not installed here): the class check is skipped for that absent part only."""
+    from unittest import mock
+
+    from transformers import Qwen2TokenizerFast, Qwen2VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    try:
+        from transformers import Qwen2VLImageProcessorPil as ImageProcessor  # 5.x without torchvision
+    except ImportError:
+        from transformers import Qwen2VLImageProcessor as ImageProcessor
+    images = ImageProcessor(min_pixels=32 * 32, max_pixels=64 * 64, patch_size=8, merge_size=2, temporal_patch_size=2)
+    qwen = Qwen2TokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<pad>", bos_token="<s>",
+                              eos_token="</s>", unk_token="<unk>", padding_side="left",
+                              extra_special_tokens=tokenizer.extra_special_tokens)
+    check = ProcessorMixin.check_argument_for_proper_class
+
+    def unless_absent(self, name, value):
+        return None if value is None else check(self, name, value)
+
+    with mock.patch.object(ProcessorMixin, "check_argument_for_proper_class", unless_absent):
+        return Qwen2VLProcessor(images, qwen)
 
 
 def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, bare: bool = False, **text_overrides) -> Path:
@@ -351,14 +385,34 @@ def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, bare: boo
     config = tiny_vlm_config(model_type, **text_overrides)
     model = AutoModelForImageTextToText.from_config(config).eval()
     with torch.no_grad():  # Gemma3 starts its projection at zeros: every image would look the same
-        for weight in model.model.multi_modal_projector.parameters():
+        projector = getattr(model.model, "multi_modal_projector", None) or torch.nn.Module()  # Qwen2-VL: none
+        for weight in projector.parameters():
             if weight.dim() > 1 and not weight.any():
                 weight.normal_(std=0.5)
     model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model.save_pretrained(path)
     if not bare:
-        _tiny_processor(model_type, config).save_pretrained(path)
+        processor = _tiny_processor(model_type, config)
+        if getattr(processor, "video_processor", ...) is None:  # built without its torchvision part (Qwen2-VL)
+            processor.image_processor.save_pretrained(path)
+            processor.tokenizer.save_pretrained(path)
+        else:
+            processor.save_pretrained(path)
     return path
+
+
+def tiny_vlm_processor(path: str | Path, model_type: str):
+    """The processor saved at `path`; where transformers cannot load it without torchvision (Qwen2-VL's declares a
+    video processor), the tiny one built again as `_tiny_processor` builds it."""
+    from transformers import AutoConfig, AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(path)
+    except (AttributeError, ImportError, TypeError):
+        processor = None
+    if hasattr(processor, "image_processor"):
+        return processor
+    return _tiny_processor(model_type, AutoConfig.from_pretrained(path))
 
 
 def save_tiny_speech_seq2seq(path: str | Path, *, seed: int = 0) -> Path:

@@ -73,6 +73,8 @@ class TextDecoder(torch.nn.Module):
         return make(**{k: v for k, v in values.items() if k in inspect.signature(make).parameters})
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids=None):
+        if position_ids.dim() == 3:  # multimodal rows (Qwen2-VL) taken batch first: the capture's batch is axis 0
+            position_ids = position_ids.transpose(0, 1)
         total, new = attention_mask.shape[1], inputs_embeds.shape[1]
         cache_position = torch.arange(total - new, total, device=inputs_embeds.device)
         mask = attention_mask
@@ -107,10 +109,20 @@ def default_image(size: int = 48, seed: int = 0):
     return Image.fromarray(pixels)
 
 
-def default_prompt(processor) -> str:
-    """A short prompt with the processor's image placeholder (Gemma3: `boi_token`, LLaVA: `image_token`)."""
+def image_placeholder(processor, config=None) -> str:
+    """The processor's image placeholder (Gemma3: `boi_token`, LLaVA: `image_token`), between the vision start
+    and end tokens where the config has them (Qwen2-VL: transformers 4 finds images by their start token)."""
     placeholder = getattr(processor, "boi_token", None) or processor.image_token
-    return f"the quick {placeholder} brown fox"
+    start, end = (getattr(config, f"vision_{edge}_token_id", None) for edge in ("start", "end"))
+    if start is not None and end is not None:
+        start, end = processor.tokenizer.convert_ids_to_tokens([start, end])
+        placeholder = f"{start}{placeholder}{end}"
+    return placeholder
+
+
+def default_prompt(processor, config=None) -> str:
+    """A short prompt with the processor's image placeholder."""
+    return f"the quick {image_placeholder(processor, config)} brown fox"
 
 
 def processor_inputs(model, processor, image, prompt, **options) -> dict[str, torch.Tensor]:
@@ -188,11 +200,64 @@ class ImageFeatures(torch.nn.Module):
         return InputObserver(wrapper, "image_features", calls=[Call({"pixel_values": pixels}, merged)])
 
 
-def image_components(model, inputs: dict, obs: dict, image_id: int, layout: dict) -> dict:
+class GridImageFeatures(torch.nn.Module):
+    """A vision tower over flattened patches with a grid per image (`image_grid_thw`: Qwen2-VL's family),
+    called with what transformers' `precompute_export_inputs` derives from the grid (`cu_seqlens`, the
+    rotary `position_ids`, window indices...): those are the graph's inputs beside the patches, so the
+    number of images and their sizes stay dynamic. Returns one row per image token, the images in order."""
+
+    def __init__(self, tower: torch.nn.Module):
+        super().__init__()
+        self.tower = tower
+
+    def forward(self, pixel_values, cu_seqlens, position_ids, window_index=None, cu_window_seqlens=None,
+                interp_indices=None, interp_weights=None):
+        extra = dict(window_index=window_index, cu_window_seqlens=cu_window_seqlens, interp_indices=interp_indices,
+                     interp_weights=interp_weights)
+        out = self.tower(pixel_values, grid_thw=None, cu_seqlens=cu_seqlens, position_ids=position_ids,
+                         **{k: v for k, v in extra.items() if v is not None})
+        return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+    @staticmethod
+    def grid_inputs(tower: torch.nn.Module, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The tensors transformers precomputes from the grid for this tower (also run by the runtime on the
+        tower built on the meta device)."""
+        from transformers.exporters.utils import precompute_export_inputs
+
+        inputs = {"grid_thw": grid_thw}
+        precompute_export_inputs(tower, inputs)
+        return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor) and k != "grid_thw"}
+
+    @classmethod
+    def observed(cls, model, processor, tower: torch.nn.Module, inputs: dict, language: Call, image_id: int) -> InputObserver:
+        """The prompt's images, checked against the rows the model merged, and a second call on two images of
+        other sizes (a square and a wide one), so that the capture sees the patch and image counts vary."""
+        wrapper = cls(tower)
+        merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
+        other = processor.image_processor(images=[default_image(40, seed=7), default_image(56, seed=8).crop((0, 0, 56, 24))],
+                                          return_tensors="pt")
+        calls = []
+        for pixels, grid in ((inputs["pixel_values"], inputs["image_grid_thw"]), (other["pixel_values"], other["image_grid_thw"])):
+            kwargs = {"pixel_values": pixels, **cls.grid_inputs(tower, grid)}
+            with torch.no_grad():
+                calls.append(Call(kwargs, wrapper(**kwargs)))
+        rows = calls[0].outputs
+        if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
+            raise ExportError(f"the vision tower gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
+                              "image rows the model merged into its embeddings: cannot export the image component")
+        return InputObserver(wrapper, "image_features", calls=calls)
+
+
+def image_components(model, processor, inputs: dict, obs: dict, image_id: int, layout: dict) -> dict:
     """The vision tower and the projector as two graphs when the projector's output is what the model merged
     and its input one of the tower's outputs (LLaVA, Gemma3; `layout` gets the join); else the model's
     `get_image_features` as one graph (a pixel shuffle or a scaling between them: Aya Vision, PaliGemma 4.57)."""
     merged = obs["language"].calls[0].kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
+    if "projector" not in obs:  # the tower ends with its merger (Qwen2-VL): one graph over the patches and grids
+        layout["grid_inputs"] = [n for n in inspect.signature(GridImageFeatures.forward).parameters if n != "self"]
+        layout["vision_module"] = next(n for n, m in model.named_modules() if m is obs["vision"].module)
+        return {"image_features": (GridImageFeatures.observed(model, processor, obs["vision"].module, inputs,
+                                                              obs["language"].calls[0], image_id), None, None)}
     vision, projector = obs["vision"].calls, obs["projector"].calls
     if len(vision) == 1 and len(projector) == 1 and isinstance(projector[0].outputs, torch.Tensor):
         rows = projector[0].outputs.reshape(-1, merged.shape[-1])
@@ -219,7 +284,9 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
         mask = step.kwargs.get("attention_mask")
         if mask is None:
             mask = torch.ones(embeds.shape[0], past.get_seq_length() + embeds.shape[1], dtype=torch.long)
-        kwargs = {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": inner.kwargs["position_ids"],
+        positions = inner.kwargs["position_ids"]
+        positions = positions.transpose(0, 1) if positions.dim() == 3 else positions  # batch first (TextDecoder)
+        kwargs = {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions,
                   "past_key_values": past}
         if token_types is not None:
             grown = torch.nn.functional.pad(token_types, (0, max(0, mask.shape[1] - token_types.shape[1])))
@@ -261,6 +328,19 @@ def _needs_torchvision(name: str) -> bool:
             and "video_processor" in inspect.signature(cls.__init__).parameters)
 
 
+def save_processor(processor, directory) -> None:
+    """The processor's files; one built without a part (Qwen2-VL's video processor, which needs torchvision)
+    saves the parts it has (its image processor and tokenizer)."""
+    names = processor.get_attributes() if hasattr(processor, "get_attributes") else processor.attributes
+    parts = [getattr(processor, name, None) for name in names]
+    if all(part is not None for part in parts):
+        processor.save_pretrained(directory)
+        return
+    for part in parts:
+        if part is not None:
+            part.save_pretrained(directory)
+
+
 def _processor_name(config) -> str:
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
@@ -283,13 +363,15 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     """One greedy `generate` on (`image`, `prompt`) under observation: (plan, layout, new tokens). `plan`:
     component -> (observer, inputs or None, constants or None), as `ObservedOnnxExporter` takes it."""
     inner = model.model
-    prompt = prompt or default_prompt(processor)
+    prompt = prompt or default_prompt(processor, model.config)
     placeholders = [t for t in (getattr(processor, "boi_token", None), processor.image_token) if t]
     if not any(t in prompt for t in placeholders):
         raise ExportError(f"the prompt has no image token: put the processor's image placeholder in it, e.g. {default_prompt(processor)!r}")
     inputs = processor_inputs(model, processor, image or default_image(), prompt)
-    modules = dict(top=model, language=inner.language_model, vision=inner.vision_tower,
-                   projector=inner.multi_modal_projector, embed=model.get_input_embeddings())
+    modules = dict(top=model, language=inner.language_model, embed=model.get_input_embeddings(),
+                   vision=getattr(inner, "vision_tower", None) or inner.visual,  # Qwen2-VL's: `visual`
+                   projector=getattr(inner, "multi_modal_projector", None))
+    modules = {name: module for name, module in modules.items() if module is not None}
     with observe(**modules) as obs, torch.no_grad():
         tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
     for name, observer in obs.items():
@@ -307,8 +389,10 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
 
     decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
     join: dict[str, Any] = {}
+    if positions.dim() == 3:  # multimodal rotary positions (Qwen2-VL: a text row, then t, h, w rows)
+        join["rope_rows"] = positions.shape[0]
     plan = {
-        **image_components(model, inputs, obs, image_id, join),
+        **image_components(model, processor, inputs, obs, image_id, join),
         "embed_tokens": (obs["embed"], None, None),
         "decoder_model": (decoder_obs, decoder_inputs, {}),
     }
@@ -382,4 +466,4 @@ class VlmOnnxExporter(ObservedOnnxExporter):
         ctx.model.config.save_pretrained(ctx.staging)
         if getattr(ctx.model, "generation_config", None) is not None:  # ORTModelForImageTextToText's defaults
             ctx.model.generation_config.save_pretrained(ctx.staging)
-        ctx.processor.save_pretrained(ctx.staging)
+        save_processor(ctx.processor, ctx.staging)

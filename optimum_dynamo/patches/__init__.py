@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_mamba,
     transformers_masks,
     transformers_moe,
+    transformers_packed_vision,
     transformers_positions,
     transformers_recurrent_mask,
     transformers_rwkv,

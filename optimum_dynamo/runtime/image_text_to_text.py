@@ -19,6 +19,7 @@ is `export_vlm`'s (docs/vlm.md).
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 from pathlib import Path
@@ -162,8 +163,17 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             shutil.copy(self.model_save_dir / MANIFEST_FILE, save_directory / MANIFEST_FILE)
 
     # ------------------------------------------------------------------ the steps
-    def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens."""
+        if "grid_inputs" in self.layout:  # flattened patches: the tower's inputs derived from the grids, any size
+            if image_grid_thw is None:
+                raise ValueError("pixel_values without image_grid_thw: pass the processor's image_grid_thw")
+            from ..exporters.vlm import GridImageFeatures
+
+            tower = self._meta_model().get_submodule(self.layout["vision_module"])
+            feed = {"pixel_values": pixel_values, **GridImageFeatures.grid_inputs(tower, image_grid_thw)}
+            graph = self.components["image_features"]
+            return graph(**{k: v for k, v in feed.items() if k in graph.input_names})["output"]
         self._check_image_size(pixel_values)
         if "image_features" in self.components:  # the model's `get_image_features`
             return self.components["image_features"](pixel_values=pixel_values)["output"]
@@ -188,14 +198,43 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         ids = torch.where(input_ids >= self.layout["vocab_size"], 0, input_ids)  # out-of-vocabulary image tokens
         return self.embed_tokens(**{self.embed_tokens.first_input: ids})["output"]
 
-    def prompt_embeddings(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None) -> torch.Tensor:
+    def _meta_model(self):
+        """The model built on the meta device (no weights): transformers' own functions of the config (the rotary
+        index of Qwen2-VL's positions, the tower's precomputed inputs) run on it."""
+        if getattr(self, "_meta", None) is None:
+            with torch.device("meta"):
+                self._meta = AutoModelForImageTextToText.from_config(self.config)
+        return self._meta
+
+    def rope_positions(self, input_ids, attention_mask, positions, prefill: bool, image_grid_thw=None,
+                       mm_token_type_ids=None) -> torch.Tensor:
+        """Multimodal rotary positions (t, h, w rows; a text row first where the model takes it). The prefill asks
+        the model's own `get_rope_index`; its offset from the text positions (the rope delta) is kept per row for
+        the decode steps, as the model does."""
+        if prefill:
+            rows = positions[None].expand(3, -1, -1)
+            if image_grid_thw is not None:
+                inner = self._meta_model().model
+                given = dict(input_ids=input_ids, image_grid_thw=image_grid_thw, attention_mask=attention_mask,
+                             mm_token_type_ids=mm_token_type_ids)
+                params = inspect.signature(inner.get_rope_index).parameters
+                rows, _ = inner.get_rope_index(**{k: v for k, v in given.items() if k in params})
+            self._rope_deltas = rows.amax(dim=(0, 2)) - positions[:, -1]
+        else:
+            rows = positions[None].expand(3, -1, -1) + self._rope_deltas[None, :, None]
+        if self.layout["rope_rows"] == 4:
+            rows = torch.cat([positions[None], rows])
+        return rows.transpose(0, 1)  # the decoder takes them batch first
+
+    def prompt_embeddings(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None,
+                          image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
         embeds = self.embed(input_ids)
         is_image = input_ids == self.layout["image_token_id"]
         if pixel_values is None:
             if is_image.any():
                 raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but no pixel_values")
             return embeds
-        rows = self.image_features(pixel_values)
+        rows = self.image_features(pixel_values, image_grid_thw)
         if rows.shape[0] != is_image.sum():
             raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but {rows.shape[0]} image features")
         embeds[is_image] = rows.to(embeds.dtype)
@@ -219,12 +258,14 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         position_ids: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        image_grid_thw: torch.LongTensor | None = None,
+        mm_token_type_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         batch, length = input_ids.shape
         prefill = past_key_values is None
         if prefill:
-            embeds = self.prompt_embeddings(input_ids, pixel_values)
+            embeds = self.prompt_embeddings(input_ids, pixel_values, image_grid_thw)
             past_key_values = self.empty_past(batch)
         else:
             embeds = self.embed(input_ids)  # decode steps: the image is in the past
@@ -236,6 +277,9 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if position_ids is None:  # from the mask, as transformers does for left padding
             position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)[:, -length:]
         position_ids = position_ids + self.layout.get("position_offset", 0)  # PaliGemma counts from 1
+        if "rope_rows" in self.layout:  # 3-D positions (Qwen2-VL)
+            position_ids = self.rope_positions(input_ids, attention_mask, position_ids, prefill,
+                                               image_grid_thw if pixel_values is not None else None, mm_token_type_ids)
         feed = {"inputs_embeds": embeds, "attention_mask": attention_mask, "position_ids": position_ids,
                 **dict(zip(self.key_value_input_names, flat_past))}
         if self.uses_token_types:
@@ -279,5 +323,5 @@ def _processors(directory: Path) -> list:
 
     try:
         return [AutoProcessor.from_pretrained(directory)]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):  # a part needing torchvision
         return []
