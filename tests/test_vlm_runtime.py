@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
 from optimum_dynamo import ORTModelForImageTextToText
@@ -20,6 +21,9 @@ GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=Fa
 
 @pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl"])
 def exported(request, vlm_exports):
+    if request.param == "qwen2_vl" and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4.57's Qwen2-VL tower computes cu_seqlens and its rotary positions from the grid "
+                    "inside forward (no precomputed inputs): not exported (one-line error)")
     path, result = vlm_exports(request.param)
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
     processor = tiny_vlm_processor(path, request.param)
@@ -89,10 +93,14 @@ def test_several_images_in_one_prompt(exported):
     model, ort, processor, _ = exported
     images = [[default_image(seed=4), default_image(seed=5)], [default_image(seed=6)]]
     inputs = _inputs(model, processor, ["a {image} b {image} c", "the {image} quick brown fox"], images)
-    assert inputs["pixel_values"].shape[0] == 3
+    images = inputs.get("image_grid_thw", inputs["pixel_values"])  # Qwen2-VL: rows of patches, a grid per image
+    assert images.shape[0] == 3
     expected, tokens = _both(model, ort, inputs, **GREEDY)
     assert tokens == expected
     swapped = dict(inputs, pixel_values=inputs["pixel_values"][[1, 0, 2]])  # rows go to the image tokens in order
+    if "image_grid_thw" in inputs:  # the images' blocks of patches swapped (same sizes here)
+        blocks = inputs["pixel_values"].split(inputs["image_grid_thw"].prod(-1).tolist())
+        swapped["pixel_values"] = torch.cat([blocks[1], blocks[0], blocks[2]])
     expected, tokens = _both(model, ort, swapped, **GREEDY)
     assert tokens == expected
     with torch.no_grad():  # the order matters (tokens alone may not show it: tiny Aya Vision barely reads images)
@@ -123,6 +131,8 @@ def test_image_tokens_without_pixels_are_refused(exported):
 def test_an_image_size_not_exported_is_refused(exported):
     """The processors of these families resize to one size; the graph's size is fixed: another is refused."""
     model, ort, processor, _ = exported
+    if "grid_inputs" in ort.layout:
+        pytest.skip("images are rows of patches with a grid each: any size (test_an_image_size_not_seen_at_export)")
     inputs = _two_images(model, processor)
     pixels = inputs["pixel_values"]
     other = torch.nn.functional.interpolate(pixels, size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))
@@ -131,6 +141,19 @@ def test_an_image_size_not_exported_is_refused(exported):
                                          rf"exported image graph takes images of {size} \(fixed at export\); "
                                          "resize them with the model's processor$"):
         ort.generate(**dict(inputs, pixel_values=other), **GREEDY)
+
+
+def test_an_image_size_not_seen_at_export(exported):
+    """Qwen2-VL's image graph is dynamic in patches and images (the capture saw 48x48, 32x32 and 48x32 images):
+    a 64x32 and a 32x48 image give PyTorch's tokens."""
+    model, ort, processor, _ = exported
+    if "grid_inputs" not in ort.layout:
+        pytest.skip("the image graph of this family is fixed to one size (test_an_image_size_not_exported_is_refused)")
+    images = [[default_image(64, seed=1).resize((64, 32))], [default_image(48, seed=2).resize((32, 48))]]
+    inputs = _inputs(model, processor, ["the quick {image} brown fox", "hello world {image} from the lazy dog"], images)
+    assert inputs["image_grid_thw"].tolist() == [[1, 4, 8], [1, 6, 4]]
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
 
 
 def test_behaves_like_an_optimum_ortmodel(exported):
@@ -166,7 +189,8 @@ def test_save_pretrained_round_trip(exported, tmp_path):
     again = ORTModelForImageTextToText.from_pretrained(tmp_path / "saved")
     assert again.model_save_dir == tmp_path / "saved"
     assert again.generation_config.to_dict() == ort.generation_config.to_dict()
-    assert type(AutoProcessor.from_pretrained(tmp_path / "saved")) is type(processor)
+    if ort.preprocessors:  # Qwen2-VL's processor does not load here (its video processor needs torchvision)
+        assert type(AutoProcessor.from_pretrained(tmp_path / "saved")) is type(processor)
     inputs = _two_images(model, processor)
     with torch.no_grad():
         assert again.generate(**inputs, **GREEDY).tolist() == ort.generate(**inputs, **GREEDY).tolist()

@@ -222,8 +222,12 @@ class GridImageFeatures(torch.nn.Module):
     def grid_inputs(tower: torch.nn.Module, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
         """The tensors transformers precomputes from the grid for this tower (also run by the runtime on the
         tower built on the meta device)."""
-        from transformers.exporters.utils import precompute_export_inputs
-
+        try:
+            from transformers.exporters.utils import precompute_export_inputs
+        except ImportError:
+            raise ExportError("this vision tower derives its attention bounds and rotary positions from the image grid "
+                              "inside its forward; transformers >= 5 precomputes them (precompute_export_inputs): "
+                              "upgrade transformers to export it") from None
         inputs = {"grid_thw": grid_thw}
         precompute_export_inputs(tower, inputs)
         return {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor) and k != "grid_thw"}

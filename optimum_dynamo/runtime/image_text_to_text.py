@@ -20,6 +20,7 @@ is `export_vlm`'s (docs/vlm.md).
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -300,6 +301,29 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     @staticmethod
     def _reorder_cache(past_key_values: tuple, beam_idx: torch.LongTensor) -> tuple:
         return tuple(tuple(t.index_select(0, beam_idx.to(t.device)) for t in pair) for pair in past_key_values)
+
+    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **kwargs):
+        """Beams and `num_return_sequences` repeat each prompt; where images are rows of patches with a grid each
+        (Qwen2-VL), each prompt's block of patches and grids is repeated (not each row)."""
+        pixels, grids = kwargs.pop("pixel_values", None), kwargs.pop("image_grid_thw", None)
+        input_ids, kwargs = super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **kwargs)
+        if pixels is not None and grids is not None and expand_size > 1:
+            tokens = (input_ids[::expand_size] == self.layout["image_token_id"]).sum(1).tolist()  # per prompt
+            patches = grids.prod(-1).tolist()
+            per_token, image, order = sum(patches) // max(sum(tokens), 1), 0, []
+            for need in tokens:  # the images of each prompt, in order, repeated
+                block = []
+                while need > 0:
+                    block, need, image = block + [image], need - patches[image] // per_token, image + 1
+                order += block * expand_size
+            starts = [0, *itertools.accumulate(patches)]
+            grids = grids[order]
+            pixels = torch.cat([pixels[starts[i] : starts[i + 1]] for i in order])
+        if pixels is not None:
+            kwargs["pixel_values"] = pixels
+        if grids is not None:
+            kwargs["image_grid_thw"] = grids
+        return input_ids, kwargs
 
     def _prepare_cache_for_generation(self, *args, **kwargs):
         return  # the past is the decoder's outputs, built by `forward`
