@@ -262,3 +262,26 @@ def test_zamba2_stepped_prompt_leaves_padding_out_of_the_state():
                         use_cache=True, cache_position=torch.tensor([t]))
             cache = out.past_key_values
     assert (out.logits[:, -1] - expected).abs().max().item() < 1e-5
+
+
+def test_packed_vision_attention_keeps_the_tower_s_output():
+    """Qwen2-VL's per-image attention as one masked attention: the tower's rows on two images of different sizes
+    are those of transformers' per-image loop."""
+    from transformers import AutoModelForImageTextToText
+
+    from optimum_dynamo.patches import transformers_packed_vision
+    from tiny import tiny_vlm_config
+
+    active = [p for p in patches.active_patches() if p.replacement in (transformers_packed_vision.packed_vision_attention,
+                                                                          transformers_packed_vision.packed_vision_attention_v4)]
+    torch.manual_seed(0)
+    tower = AutoModelForImageTextToText.from_config(tiny_vlm_config("qwen2_vl")).model.visual.eval()
+    grid = torch.tensor([[1, 4, 4], [1, 6, 4]])
+    pixels = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 8 * 8)
+    with torch.no_grad():
+        expected = tower(pixels, grid_thw=grid)
+        with patches.applied([p for p in active if ".qwen2_vl." in p.target]) as swapped:
+            got = tower(pixels, grid_thw=grid)
+    assert len(swapped) == 1
+    rows = [out if isinstance(out, torch.Tensor) else out.pooler_output for out in (expected, got)]
+    assert (rows[0] - rows[1]).abs().max().item() < 1e-6

@@ -305,6 +305,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **kwargs):
         """Beams and `num_return_sequences` repeat each prompt; where images are rows of patches with a grid each
         (Qwen2-VL), each prompt's block of patches and grids is repeated (not each row)."""
+        if "grid_inputs" not in self.layout:  # rows are images: transformers' expansion
+            return super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **kwargs)
         pixels, grids = kwargs.pop("pixel_values", None), kwargs.pop("image_grid_thw", None)
         input_ids, kwargs = super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **kwargs)
         if pixels is not None and grids is not None and expand_size > 1:
