@@ -189,6 +189,31 @@ def test_rwkv_single_token_steps_keep_each_row():
             steps.append(out.logits)
     got = torch.cat(steps, dim=1)
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
+def test_pixtral_block_mask_patch_keeps_the_image_features():
+    """Pixtral's block mask from image indices: the mask of several images and the tiny Mistral 3's image
+    features (two images of different sizes, padded to one batch) equal the unpatched ones."""
+    from transformers import AutoModelForImageTextToText
+    from transformers.models.pixtral import modeling_pixtral
+
+    from tiny import tiny_vlm_config
+
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.pixtral.")]
+    assert chosen, "the block mask patch is active"
+    embeds = torch.zeros(1, 14, 8)
+    expected = modeling_pixtral.generate_block_attention_mask([4, 6, 4], embeds)
+    with patches.applied(chosen):
+        assert torch.equal(modeling_pixtral.generate_block_attention_mask([4, 6, 4], embeds), expected)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(tiny_vlm_config("mistral3")).eval()
+    pixels, sizes = torch.randn(2, 3, 48, 64), torch.tensor([[48, 64], [32, 32]])
+    with torch.no_grad():
+        expected = model.model.get_image_features(pixels, sizes)
+        with patches.applied(chosen):
+            got = model.model.get_image_features(pixels, sizes)
+    rows = [getattr(out, "pooler_output", out) for out in (expected, got)]
+    assert torch.equal(torch.cat(rows[0]), torch.cat(rows[1]))
+
+
 def test_git_patch_keeps_padded_generation():
     """GIT's patch takes eager's prefill / decode branch from a tensor: a left-padded `generate` (the prefill
     with its mask, decode steps with eager's) gives the unpatched model's scores."""

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (register their patches)
     transformers_attention,
+    transformers_block_mask,
     transformers_complex_rope,
     transformers_git,
     transformers_gqa,
