@@ -236,10 +236,29 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
     """torch.onnx's translation (no optimization: `optimize_graph` does it); the opset follows --opset,
     else what --optimize needs."""
     opset = options.opset or default_opset(options.optimize_level)
+    keep_rank_squeezes(program)
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
                                      verbose=None if is_verbose() else False)
     onnx_program.exported_program = None  # memory: the ONNX model is what is kept
     return onnx_program
+
+
+_SQUEEZES = (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
+
+
+def keep_rank_squeezes(program: torch.export.ExportedProgram) -> None:
+    """Drop `squeeze` nodes that squeezed nothing when traced (a dynamic axis, taken as not 1): the program's
+    shapes keep that axis, but ONNX's Squeeze would fail (or drop it) at run time (Mistral 3's image rows)."""
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        source = node.args[0] if node.target in _SQUEEZES else None
+        if source is None or any(user.op == "output" for user in node.users):
+            continue
+        before, after = source.meta.get("val"), node.meta.get("val")
+        if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and before.dim() == after.dim():
+            node.replace_all_uses_with(source)
+            graph.erase_node(node)
+    program.graph_module.recompile()
 
 
 def optimize_graph(model: ir.Model, options: ExportOptions) -> ir.Model:
