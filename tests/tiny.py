@@ -292,6 +292,19 @@ _VLM = {
         tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<|vision_start|>",
                 "vision_end_token": "<|vision_end|>"},
     ),
+    "llava_next": dict(  # anyres: a 48x48 image is a 64x64 grid of four 32x32 tiles beside the whole image
+        vision=dict(_VISION, model_type="clip_vision_model", projection_dim=32),
+        text=dict(model_type="llama"),
+        config=dict(image_token_index=4, projector_hidden_act="gelu", vision_feature_layer=-2,
+                    image_grid_pinpoints=[[32, 32], [32, 64], [64, 32], [64, 64]]),
+        tokens={"image_token": "<image>"},
+    ),
+    "mistral3": dict(  # Pixtral: images at their own size (multiples of 16), 2x2 patches merged
+        vision=dict(_VISION, model_type="pixtral", image_size=64, head_dim=8),
+        text=dict(model_type="mistral"),
+        config=dict(image_token_index=4, spatial_merge_size=2, vision_feature_layer=-1),
+        tokens={"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"},
+    ),
 }
 
 
@@ -337,6 +350,18 @@ def _tiny_processor(model_type: str, config):
                                    eos_token="</s>", unk_token="<unk>", padding_side="left")
         gemma.add_special_tokens({"additional_special_tokens": ["<image>"]})
         return PaliGemmaProcessor(images, gemma)
+    if model_type == "llava_next":
+        from transformers import LlavaNextImageProcessor, LlavaNextProcessor
+
+        images = LlavaNextImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
+                                         image_grid_pinpoints=config.image_grid_pinpoints)
+        return LlavaNextProcessor(images, tokenizer, patch_size=8, vision_feature_select_strategy="default",
+                                  num_additional_image_tokens=1, image_token=tokens["image_token"])
+    if model_type == "mistral3":
+        from transformers import PixtralImageProcessor, PixtralProcessor
+
+        images = PixtralImageProcessor(size={"longest_edge": 64}, patch_size={"height": 16, "width": 16})
+        return PixtralProcessor(images, tokenizer, patch_size=8, spatial_merge_size=2, **tokens)
     if model_type == "aya_vision":  # one 32x32 tile per image, no thumbnail tiles
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
         return AyaVisionProcessor(images, tokenizer, patch_size=8, img_size=32, downsample_factor=2)
