@@ -19,12 +19,18 @@ NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl"])
+@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl",
+                                        "llava_next", "mistral3"])
 def exported(request, vlm_exports):
     if request.param == "qwen2_vl" and int(transformers.__version__.split(".")[0]) < 5:
         pytest.skip("transformers 4.57's Qwen2-VL tower computes cu_seqlens and its rotary positions from the grid "
                     "inside forward (no precomputed inputs): not exported (one-line error)")
-    path, result = vlm_exports(request.param)
+    try:
+        path, result = vlm_exports(request.param)
+    except ImportError as e:  # transformers 5's PixtralProcessor without torchvision (not installed here)
+        if "torchvision" not in str(e).lower():
+            raise
+        pytest.skip(f"{request.param}: {str(e).strip().splitlines()[0]}")
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
     processor = tiny_vlm_processor(path, request.param)
     processor.tokenizer.padding_side = "left"
@@ -97,7 +103,7 @@ def test_several_images_in_one_prompt(exported):
     assert images.shape[0] == 3
     expected, tokens = _both(model, ort, inputs, **GREEDY)
     assert tokens == expected
-    swapped = dict(inputs, pixel_values=inputs["pixel_values"][[1, 0, 2]])  # rows go to the image tokens in order
+    swapped = {k: v[[1, 0, 2]] if k in ("pixel_values", "image_sizes") else v for k, v in inputs.items()}  # in order
     if "image_grid_thw" in inputs:  # the images' blocks of patches swapped (same sizes here)
         blocks = inputs["pixel_values"].split(inputs["image_grid_thw"].prod(-1).tolist())
         swapped["pixel_values"] = torch.cat([blocks[1], blocks[0], blocks[2]])
@@ -131,9 +137,17 @@ def test_image_tokens_without_pixels_are_refused(exported):
 def test_an_image_size_not_exported_is_refused(exported):
     """The processors of these families resize to one size; the graph's size is fixed: another is refused."""
     model, ort, processor, _ = exported
-    if "grid_inputs" in ort.layout:
-        pytest.skip("images are rows of patches with a grid each: any size (test_an_image_size_not_seen_at_export)")
+    if "grid_inputs" in ort.layout or ort.layout.get("image_sizes") == "pixels":
+        pytest.skip("images at their own size: the image graph's sizes are dynamic (test_an_unseen_image_size)")
     inputs = _two_images(model, processor)
+    if ort.layout.get("image_sizes") == "fixed":  # LLaVA-Next: the size the tiles and unpadding were exported for
+        texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
+        inputs = _inputs(model, processor, texts, [[default_image(seed=1)], [default_image(size=32, seed=2)]])
+        with pytest.raises(ValueError, match=r"^an image of 32x32: the exported image graph takes images of 48x48 only "
+                                             r"\(its tiles and unpadding are fixed at export\); resize the image before "
+                                             "the processor$"):
+            ort.generate(**inputs, **GREEDY)
+        return
     pixels = inputs["pixel_values"]
     other = torch.nn.functional.interpolate(pixels, size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))
     size = "x".join(map(str, pixels.shape[1:]))
@@ -154,6 +168,23 @@ def test_an_image_size_not_seen_at_export(exported):
     assert inputs["image_grid_thw"].tolist() == [[1, 4, 8], [1, 6, 4]]
     expected, tokens = _both(model, ort, inputs, **GREEDY)
     assert tokens == expected
+
+
+def test_an_unseen_image_size(exported):
+    """Pixtral's images keep their size: the capture saw two, a third works (a batch padded to the largest)."""
+    model, ort, processor, _ = exported
+    if ort.layout.get("image_sizes") != "pixels":
+        pytest.skip("the image graph's size is fixed at export (test_an_image_size_not_exported_is_refused)")
+    texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
+    images = [[default_image(seed=1).resize((48, 64))], [default_image(size=32, seed=2)]]
+    inputs = _inputs(model, processor, texts, images)
+    assert inputs["image_sizes"].tolist() == [[64, 48], [32, 32]]
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+    with pytest.raises(ValueError, match=r"^an image of 40x48: the exported image graph takes heights and widths that "
+                                         r"are multiples of 16 \(whole merged patches\); resize it with the model's "
+                                         "processor$"):
+        ort.generate(**dict(inputs, image_sizes=torch.tensor([[40, 48], [32, 32]])), **GREEDY)
 
 
 def test_behaves_like_an_optimum_ortmodel(exported):

@@ -109,6 +109,11 @@ def default_image(size: int = 48, seed: int = 0):
     return Image.fromarray(pixels)
 
 
+def other_image(image):
+    """`image` at another size (width doubled, height kept): a second size for the image graph's capture."""
+    return image.resize((image.width * 2, image.height))
+
+
 def image_placeholder(processor, config=None) -> str:
     """The processor's image placeholder (Gemma3: `boi_token`, LLaVA: `image_token`), between the vision start
     and end tokens where the config has them (Qwen2-VL: transformers 4 finds images by their start token)."""
@@ -172,12 +177,24 @@ class ImageFeatures(torch.nn.Module):
     Returns one row per image token, the images in order (transformers 5 returns the rows as the
     output's `pooler_output`, several families a list with one tensor per image)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, image_sizes: str | list | None = None):
         super().__init__()
         self.model = model  # the inner model (`model.model`), which has `get_image_features` in 4.57 and 5
+        # models taking `image_sizes` get one image per call: "pixels" (its own height and width, dynamic:
+        # Pixtral) or a size fixed at export (LLaVA-Next: tiles and unpadding are loops over the sizes)
+        self.image_sizes = image_sizes
+        config = model.config
+        self.multiple = config.vision_config.patch_size * getattr(config, "spatial_merge_size", 1)
 
     def forward(self, pixel_values):
-        out = self.model.get_image_features(pixel_values=pixel_values)
+        extra = {}
+        if self.image_sizes == "pixels":
+            for side in pixel_values.shape[-2:]:  # whole merged patches: the model's slices and splits then agree
+                torch._check(side % self.multiple == 0)
+            extra["image_sizes"] = [tuple(pixel_values.shape[-2:])]
+        elif self.image_sizes is not None:
+            extra["image_sizes"] = self.image_sizes
+        out = self.model.get_image_features(pixel_values=pixel_values, **extra)
         if not isinstance(out, (torch.Tensor, list, tuple)):
             out = out.pooler_output
         if isinstance(out, (list, tuple)):
@@ -185,19 +202,25 @@ class ImageFeatures(torch.nn.Module):
         return out.reshape(-1, out.shape[-1])
 
     @classmethod
-    def observed(cls, model, inputs: dict, language: Call, image_id: int) -> InputObserver:
+    def observed(cls, model, inputs: dict, language: Call, image_id: int, other: dict | None = None) -> InputObserver:
         """One call: the prompt's pixels -> the rows the model merged at its image tokens (read from the
         language model's embeddings at the prefill), checked against this wrapper in PyTorch. (The pixels
-        come from the processor: transformers 5's `generate` encodes the image before the first step.)"""
-        wrapper = cls(model.model)
+        come from the processor: transformers 5's `generate` encodes the image before the first step.)
+        With sizes from the pixels, `other` (the processor's output for an image of another size) adds a
+        second call, so the image's height and width are dynamic."""
         pixels = inputs["pixel_values"]
+        wrapper = cls(model.model, image_sizes(pixels, inputs.get("image_sizes")))
         merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
         with torch.no_grad():
             rows = wrapper(pixels)
         if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
             raise ExportError(f"get_image_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
                               "image rows the model merged into its embeddings: cannot export the image component")
-        return InputObserver(wrapper, "image_features", calls=[Call({"pixel_values": pixels}, merged)])
+        calls = [Call({"pixel_values": pixels}, merged)]
+        if wrapper.image_sizes == "pixels" and other is not None:
+            with torch.no_grad():
+                calls.append(Call({"pixel_values": other["pixel_values"]}, wrapper(other["pixel_values"])))
+        return InputObserver(wrapper, "image_features", calls=calls)
 
 
 class GridImageFeatures(torch.nn.Module):
@@ -252,7 +275,20 @@ class GridImageFeatures(torch.nn.Module):
         return InputObserver(wrapper, "image_features", calls=calls)
 
 
-def image_components(model, processor, inputs: dict, obs: dict, image_id: int, layout: dict) -> dict:
+def image_sizes(pixels: torch.Tensor, sizes: torch.Tensor | None) -> str | list | None:
+    """How the image graph gets the `image_sizes` the model takes: None (it takes none), "pixels" (one image
+    whose size is its pixels': the size is a dynamic axis) or the observed sizes, fixed at export."""
+    if sizes is None:
+        return None
+    if len(sizes) != 1:
+        raise ExportError(f"{len(sizes)} images in the observed prompt: models taking image_sizes are exported from one")
+    if pixels.dim() == 4 and list(pixels.shape[-2:]) == sizes[0].tolist():
+        return "pixels"
+    return sizes.tolist()
+
+
+def image_components(model, processor, inputs: dict, obs: dict, image_id: int, layout: dict,
+                     other: dict | None = None) -> dict:
     """The vision tower and the projector as two graphs when the projector's output is what the model merged
     and its input one of the tower's outputs (LLaVA, Gemma3; `layout` gets the join); else the model's
     `get_image_features` as one graph (a pixel shuffle or a scaling between them: Aya Vision, PaliGemma 4.57)."""
@@ -273,7 +309,12 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
             layout.update(vision_output=source, vision_skip=skip)
             return {"vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
                     "multi_modal_projector": (obs["projector"], None, None)}
-    return {"image_features": (ImageFeatures.observed(model, inputs, obs["language"].calls[0], image_id), None, None)}
+    observer = ImageFeatures.observed(model, inputs, obs["language"].calls[0], image_id, other)
+    sizes = observer.module.image_sizes
+    if sizes is not None:  # one image per call; the runtime loops over the images
+        fixed = {"image_size": sizes[0]} if sizes != "pixels" else {"image_multiple": observer.module.multiple}
+        layout.update(image_sizes="pixels" if sizes == "pixels" else "fixed", **fixed)
+    return {"image_features": (observer, None, None)}
 
 
 def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tensor | None) -> list[Call]:
@@ -395,8 +436,11 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     join: dict[str, Any] = {}
     if positions.dim() == 3:  # multimodal rotary positions (Qwen2-VL: a text row, then t, h, w rows)
         join["rope_rows"] = positions.shape[0]
+    other = None
+    if "image_sizes" in inputs:  # a second image size, for models whose image graph may take any
+        other = processor_inputs(model, processor, other_image(image or default_image()), prompt)
     plan = {
-        **image_components(model, processor, inputs, obs, image_id, join),
+        **image_components(model, processor, inputs, obs, image_id, join, other),
         "embed_tokens": (obs["embed"], None, None),
         "decoder_model": (decoder_obs, decoder_inputs, {}),
     }
@@ -463,7 +507,11 @@ class VlmOnnxExporter(ObservedOnnxExporter):
     def components(self, ctx: ExportContext) -> list[Component]:
         self.parts, self.layout, self.tokens = observe_vlm(ctx.model, ctx.processor, self.image, self.prompt,
                                                            self.max_new_tokens)
-        return super().components(ctx)
+        parts = super().components(ctx)
+        for part in parts:  # a graph taking image sizes takes one image: the batch axis stays 1
+            if getattr(part.observer.module, "image_sizes", None) is not None:
+                part.dynamic_batch = False
+        return parts
 
     def copy_files(self, ctx: ExportContext) -> None:
         (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))

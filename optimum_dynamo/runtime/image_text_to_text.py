@@ -164,7 +164,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             shutil.copy(self.model_save_dir / MANIFEST_FILE, save_directory / MANIFEST_FILE)
 
     # ------------------------------------------------------------------ the steps
-    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
+    def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None,
+                       image_sizes: torch.Tensor | None = None) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens."""
         if "grid_inputs" in self.layout:  # flattened patches: the tower's inputs derived from the grids, any size
             if image_grid_thw is None:
@@ -176,6 +177,10 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             graph = self.components["image_features"]
             return graph(**{k: v for k, v in feed.items() if k in graph.input_names})["output"]
         self._check_image_size(pixel_values)
+        if self.layout.get("image_sizes"):  # a graph of one image, its size from its pixels or fixed at export
+            if image_sizes is None:
+                raise ValueError("this model's image graph needs image_sizes (the processor's) beside pixel_values")
+            return torch.cat([self._one_image(pixel_values[i : i + 1], size) for i, size in enumerate(image_sizes.tolist())])
         if "image_features" in self.components:  # the model's `get_image_features`
             return self.components["image_features"](pixel_values=pixel_values)["output"]
         vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the split layout: tower, projector
@@ -183,6 +188,21 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         projector = self.components["multi_modal_projector"]
         features = projector(**{projector.first_input: selected})["output"]
         return features.reshape(-1, features.shape[-1])
+
+    def _one_image(self, pixels: torch.Tensor, size: list[int]) -> torch.Tensor:
+        """One image's rows: cropped to its size (the processor pads a batch to its largest image), or refused
+        when the graph fixed another size at export."""
+        if self.layout["image_sizes"] == "pixels":
+            multiple = self.layout["image_multiple"]
+            if size[0] % multiple or size[1] % multiple:
+                raise ValueError(f"an image of {size[0]}x{size[1]}: the exported image graph takes heights and widths "
+                                 f"that are multiples of {multiple} (whole merged patches); resize it with the model's processor")
+            pixels = pixels[..., : size[0], : size[1]]
+        elif size != self.layout["image_size"]:
+            fixed = "x".join(map(str, self.layout["image_size"]))
+            raise ValueError(f"an image of {size[0]}x{size[1]}: the exported image graph takes images of {fixed} only "
+                             "(its tiles and unpadding are fixed at export); resize the image before the processor")
+        return self.components["image_features"](pixel_values=pixels)["output"]
 
     def _check_image_size(self, pixel_values: torch.Tensor) -> None:
         """Images of the size the image graph was exported with (the manifest's fixed axes), else one line: never
@@ -228,14 +248,15 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         return rows.transpose(0, 1)  # the decoder takes them batch first
 
     def prompt_embeddings(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None,
-                          image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
+                          image_grid_thw: torch.Tensor | None = None, image_sizes: torch.Tensor | None = None,
+                          ) -> torch.Tensor:
         embeds = self.embed(input_ids)
         is_image = input_ids == self.layout["image_token_id"]
         if pixel_values is None:
             if is_image.any():
                 raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but no pixel_values")
             return embeds
-        rows = self.image_features(pixel_values, image_grid_thw)
+        rows = self.image_features(pixel_values, image_grid_thw, image_sizes)
         if rows.shape[0] != is_image.sum():
             raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but {rows.shape[0]} image features")
         embeds[is_image] = rows.to(embeds.dtype)
@@ -261,12 +282,13 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         use_cache: bool | None = None,
         image_grid_thw: torch.LongTensor | None = None,
         mm_token_type_ids: torch.LongTensor | None = None,
+        image_sizes: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         batch, length = input_ids.shape
         prefill = past_key_values is None
         if prefill:
-            embeds = self.prompt_embeddings(input_ids, pixel_values, image_grid_thw)
+            embeds = self.prompt_embeddings(input_ids, pixel_values, image_grid_thw, image_sizes)
             past_key_values = self.empty_past(batch)
         else:
             embeds = self.embed(input_ids)  # decode steps: the image is in the past
