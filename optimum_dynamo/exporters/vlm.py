@@ -182,9 +182,9 @@ class ImageFeatures(torch.nn.Module):
         self.model = model  # the inner model (`model.model`), which has `get_image_features` in 4.57 and 5
         # models taking `image_sizes` get one image per call: "pixels" (its own height and width, dynamic:
         # Pixtral) or a size fixed at export (LLaVA-Next: tiles and unpadding are loops over the sizes)
-        self.image_sizes = image_sizes
-        config = model.config
-        self.multiple = config.vision_config.patch_size * getattr(config, "spatial_merge_size", 1)
+        self.image_sizes, self.multiple = image_sizes, None
+        if image_sizes == "pixels":  # sides in whole (merged) patches, as the processor makes them
+            self.multiple = model.config.vision_config.patch_size * getattr(model.config, "spatial_merge_size", 1)
 
     def forward(self, pixel_values):
         extra = {}
