@@ -30,7 +30,7 @@ def exported(request, vlm_exports):
     except ImportError as e:  # transformers 5's PixtralProcessor without torchvision (not installed here)
         if "torchvision" not in str(e).lower():
             raise
-        pytest.skip(f"{request.param}: {str(e).strip().splitlines()[0]}")
+        pytest.skip(f"{request.param}: {str(e).strip().split(' but ')[0]} (not installed here)")
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
     processor = tiny_vlm_processor(path, request.param)
     processor.tokenizer.padding_side = "left"
