@@ -142,11 +142,12 @@ def test_an_image_size_not_exported_is_refused(exported):
     inputs = _two_images(model, processor)
     if ort.layout.get("image_sizes") == "fixed":  # LLaVA-Next: the size the tiles and unpadding were exported for
         texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
-        inputs = _inputs(model, processor, texts, [[default_image(seed=1)], [default_image(size=32, seed=2)]])
-        with pytest.raises(ValueError, match=r"^an image of 32x32: the exported image graph takes images of 48x48 only "
-                                             r"\(its tiles and unpadding are fixed at export\); resize the image before "
-                                             "the processor$"):
-            ort.generate(**inputs, **GREEDY)
+        line = (r"^an image of 32x32: the exported image graph takes images of 48x48 only \(its tiles and unpadding "
+                r"are fixed at export\); resize the image before the processor$")
+        for first in (default_image(seed=1), default_image(size=32, seed=1)):  # beside the exported size; alone
+            inputs = _inputs(model, processor, texts, [[first], [default_image(size=32, seed=2)]])
+            with pytest.raises(ValueError, match=line):
+                ort.generate(**inputs, **GREEDY)
         return
     pixels = inputs["pixel_values"]
     other = torch.nn.functional.interpolate(pixels, size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))

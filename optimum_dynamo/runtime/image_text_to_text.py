@@ -176,11 +176,15 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             feed = {"pixel_values": pixel_values, **GridImageFeatures.grid_inputs(tower, image_grid_thw)}
             graph = self.components["image_features"]
             return graph(**{k: v for k, v in feed.items() if k in graph.input_names})["output"]
-        self._check_image_size(pixel_values)
         if self.layout.get("image_sizes"):  # a graph of one image, its size from its pixels or fixed at export
             if image_sizes is None:
                 raise ValueError("this model's image graph needs image_sizes (the processor's) beside pixel_values")
-            return torch.cat([self._one_image(pixel_values[i : i + 1], size) for i, size in enumerate(image_sizes.tolist())])
+            sizes = image_sizes.tolist()
+            for size in sizes:  # the sizes first: they decide the pixels' shape (LLaVA-Next's tile count)
+                self._check_size(size)
+            self._check_image_size(pixel_values)
+            return torch.cat([self._one_image(pixel_values[i : i + 1], size) for i, size in enumerate(sizes)])
+        self._check_image_size(pixel_values)
         if "image_features" in self.components:  # the model's `get_image_features`
             return self.components["image_features"](pixel_values=pixel_values)["output"]
         vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the split layout: tower, projector
@@ -189,19 +193,23 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         features = projector(**{projector.first_input: selected})["output"]
         return features.reshape(-1, features.shape[-1])
 
-    def _one_image(self, pixels: torch.Tensor, size: list[int]) -> torch.Tensor:
-        """One image's rows: cropped to its size (the processor pads a batch to its largest image), or refused
-        when the graph fixed another size at export."""
+    def _check_size(self, size: list[int]) -> None:
+        """An image size the graph takes (whole merged patches, or the size fixed at export), else one line."""
         if self.layout["image_sizes"] == "pixels":
             multiple = self.layout["image_multiple"]
             if size[0] % multiple or size[1] % multiple:
                 raise ValueError(f"an image of {size[0]}x{size[1]}: the exported image graph takes heights and widths "
                                  f"that are multiples of {multiple} (whole merged patches); resize it with the model's processor")
-            pixels = pixels[..., : size[0], : size[1]]
         elif size != self.layout["image_size"]:
             fixed = "x".join(map(str, self.layout["image_size"]))
             raise ValueError(f"an image of {size[0]}x{size[1]}: the exported image graph takes images of {fixed} only "
                              "(its tiles and unpadding are fixed at export); resize the image before the processor")
+
+    def _one_image(self, pixels: torch.Tensor, size: list[int]) -> torch.Tensor:
+        """One image's rows, cropped to its size where the size is its pixels' (the processor pads a batch to its
+        largest image)."""
+        if self.layout["image_sizes"] == "pixels":
+            pixels = pixels[..., : size[0], : size[1]]
         return self.components["image_features"](pixel_values=pixels)["output"]
 
     def _check_image_size(self, pixel_values: torch.Tensor) -> None:
