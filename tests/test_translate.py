@@ -1,0 +1,28 @@
+"""The translation to ONNX (`exporters.onnx.translate_program`) on small programs."""
+
+import numpy as np
+import onnxruntime
+import torch
+
+from optimum_dynamo.exporters.onnx import translate_program
+from optimum_dynamo.options import ExportOptions
+
+
+class SqueezeRows(torch.nn.Module):
+    def forward(self, x):
+        return x.squeeze(1) * 2  # axis 1 is dynamic: traced as not 1, so nothing is squeezed
+
+
+def test_a_squeeze_that_squeezed_nothing_is_dropped():
+    """torch.export keeps `squeeze(1)` of a dynamic axis (a no-op when traced); ONNX's Squeeze would fail at run
+    time on that axis: the translation drops it and the graph gives PyTorch's output at an unseen size."""
+    rows = torch.export.Dim("rows", min=2)
+    program = torch.export.export(SqueezeRows(), (torch.rand(2, 3, 4),), dynamic_shapes=({1: rows},))
+    squeezes = [n for n in program.graph.nodes if n.target in (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)]
+    assert squeezes, "the program should hold the squeeze this test is about"
+    model = translate_program(program, ExportOptions.make()).model_proto
+    assert "Squeeze" not in {node.op_type for node in model.graph.node}
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.rand(2, 5, 4).astype(np.float32)
+    (out,) = session.run(None, {session.get_inputs()[0].name: x})
+    np.testing.assert_allclose(out, x * 2, atol=1e-6)
