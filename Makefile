@@ -135,11 +135,11 @@ anchor: env-t4 env-genai
 	for p in fp32 int4; do HF_HUB_OFFLINE=1 .venv-genai/bin/python -m onnxruntime_genai.models.builder \
 	  -i $(BENCH_WORK)/checkpoints/llama56m -o $(BENCH_WORK)/genai-$$p -p $$p -e cpu; done
 
-# On demand, not in CI (hours on 2 cores): every causal-LM model type of transformers' own mapping, both
-# environments side by side, then the table in docs/status.md (tests/zoo.py --help).
+# On demand, not in CI (hours on 2 cores): every model type of transformers' own causal-LM, seq2seq, speech and
+# image-text-to-text mappings, both environments side by side, then the table in docs/status.md (tests/zoo.py --help).
 zoo: env-t4 env-t5
 	mkdir -p .zoo
-	for v in t4 t5; do ( for k in causal seq2seq speech; do HF_HUB_OFFLINE=1 .venv-$$v/bin/python tests/zoo.py \
+	for v in t4 t5; do ( for k in causal seq2seq speech vlm; do HF_HUB_OFFLINE=1 .venv-$$v/bin/python tests/zoo.py \
 	  --kind $$k --json .zoo/$$v-$$k.json $(ZOO_ARGS) > .zoo/$$v-$$k.log 2>&1; done ) & done; wait
 	.venv-t5/bin/python tests/zoo.py --table .zoo/t4-*.json .zoo/t5-*.json --docs docs/status.md
 

@@ -4,9 +4,10 @@ real `optimum-cli export onnx --dynamo` and run through optimum's runtime class 
 text rows left-padded: greedy tokens identical, logits within 1e-4 on real positions).
 Every step runs in a child process; one row per model type.
 
-    python tests/zoo.py --json t5.json [--kind causal|seq2seq|speech] [--only TYPE ...] [--unlisted] [--merge]
+    python tests/zoo.py --json t5.json [--kind causal|seq2seq|speech|vlm] [--only TYPE ...] [--unlisted] [--merge]
     python tests/zoo.py --table t4.json t5.json [--docs docs/status.md]      # the tables (into the docs' zoo section)
 
+`--kind vlm` (image-text-to-text) also builds a tiny processor and records the stage a row fails at.
 `make zoo` runs both environments and rewrites the zoo section of docs/status.md.
 """
 
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -47,6 +49,8 @@ KINDS = {
                     "AutoModelForSeq2SeqLM", "ORTModelForSeq2SeqLM", "Seq2seq LM"),
     "speech": Kind("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "automatic-speech-recognition-with-past",
                    "AutoModelForSpeechSeq2Seq", "ORTModelForSpeechSeq2Seq", "Speech seq2seq"),
+    "vlm": Kind("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "image-text-to-text", "AutoModelForImageTextToText",
+                "ORTModelForImageTextToText", "Image-text-to-text"),
 }
 
 # Generic shrinking: each attribute the model type's default config has is set to a tiny value (through its
@@ -100,7 +104,8 @@ def listed(kind: str = "causal") -> set[str]:
     import ast
 
     source, lists = {"causal": ("test_decoder_sweep.py", ("COMMON", "T5_ONLY", "RECURRENT")),
-                     "seq2seq": ("test_seq2seq_cli.py", ("MODELS",)), "speech": ("test_seq2seq_cli.py", ())}[kind]
+                     "seq2seq": ("test_seq2seq_cli.py", ("MODELS",)), "speech": ("test_seq2seq_cli.py", ()),
+                     "vlm": ("test_vlm_runtime.py", ())}[kind]
     tree = ast.parse((HERE / source).read_text())
     names = set()
     for node in tree.body:
@@ -131,22 +136,22 @@ def _layer_kinds(default, own, layers: int) -> dict:
     return extra
 
 
-def _shrunk(default, layers_from_overrides: bool) -> dict:
+def _shrunk(default, layers_from_overrides: bool, tiny: dict = TINY) -> dict:
     own = inspect.signature(type(default).__init__).parameters  # not the generation defaults of old configs (top_k)
-    kwargs = {k: v for k, v in TINY.items() if k in own}
+    kwargs = {k: v for k, v in tiny.items() if k in own}
     if not layers_from_overrides:  # an override that sets the depth sets the pattern too
         kwargs.update(_layer_kinds(default, own, kwargs.get("num_hidden_layers", 2)))
     return kwargs
 
 
-def _shrunk_sub_config(sub) -> dict | None:
+def _shrunk_sub_config(sub, tiny: dict = TINY) -> dict | None:
     """A composite model's sub-config (text, vision, audio) shrunk the same way, as the dict its parent's
     constructor takes (per-layer lists of the default depth left for the constructor to derive); None where
     its class takes no such dict (dbrx's sub-configs refuse their own serialized keys): left as it is."""
     depth = getattr(sub, "num_hidden_layers", None)
     kept = {k: v for k, v in sub.to_dict().items() if not (isinstance(v, list) and depth and len(v) == depth)}
     try:
-        shrunk = type(sub)(**{**kept, **_shrunk(sub, False)})
+        shrunk = type(sub)(**{**kept, **_shrunk(sub, False, tiny)})
     except Exception:
         return None
     if hasattr(shrunk, "vocab_size"):
@@ -154,16 +159,16 @@ def _shrunk_sub_config(sub) -> dict | None:
     return shrunk.to_dict()
 
 
-def tiny_config(model_type: str):
+def tiny_config(model_type: str, tiny: dict = TINY):
     """The model type's default config, shrunk generically, its sub-configs too."""
     from transformers import AutoConfig, PretrainedConfig
 
     default = AutoConfig.for_model(model_type)
     extra, _ = OVERRIDES.get(model_type, ({}, ""))
-    kwargs = _shrunk(default, "num_hidden_layers" in extra)
+    kwargs = _shrunk(default, "num_hidden_layers" in extra, tiny)
     for name in getattr(type(default), "sub_configs", {}):
         if isinstance(getattr(default, name, None), PretrainedConfig) and name not in extra:
-            if (sub := _shrunk_sub_config(getattr(default, name))) is not None:
+            if (sub := _shrunk_sub_config(getattr(default, name), tiny)) is not None:
                 kwargs[name] = sub
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
     _small_token_ids(config)
@@ -299,8 +304,9 @@ def step_check(kind: str, directory: Path) -> dict:
     return {"ok": True, "max_abs": diff, "note": note}
 
 
-def _child(*args: str, timeout: int = 900) -> dict:
-    run = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout)
+def _child(*args: str, timeout: int = 900, **options) -> dict:
+    run = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout,
+                         **options)
     lines = run.stdout.strip().splitlines()
     if run.returncode != 0 or not lines:
         lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
@@ -322,6 +328,8 @@ def run_one(model_type: str, root: Path, kind: str = "causal") -> dict:
     """One row: viable?, then the export's outcome (dynamo / fallback / refused / fail) and its wall time."""
     directory = root / model_type
     directory.mkdir(parents=True, exist_ok=True)
+    if kind == "vlm":
+        return run_vlm_one(model_type, directory)
     row = {"model_type": model_type, **_child("--step", "build", kind, model_type, str(directory))}
     if not row["viable"]:
         return row
@@ -346,6 +354,305 @@ def run_one(model_type: str, root: Path, kind: str = "causal") -> dict:
     return row
 
 
+# Image-text-to-text: the vision sizes the generic shrink adds (a 32x32 image in 8x8 patches; Gemma3-style
+# pooling to 4 tokens), and the processor built generically around the tiny tokenizer.
+TINY_VISION = dict(TINY, image_size=32, patch_size=8, mm_tokens_per_image=4, projection_dim=32)
+IMAGE_SIDE = 32
+ROW_TIMEOUT = 300  # s, each child (build, export, check) of an image-text-to-text row
+ROW_MEMORY = 8 << 30  # bytes of address space for each child
+# A processor argument named differently from the config attribute that holds its value.
+PROCESSOR_ALIASES = {"image_seq_length": ("mm_tokens_per_image", "image_seq_length", "num_image_tokens"),
+                     "img_size": ("image_size",)}
+
+
+class Stage(Exception):
+    """A row's failure at one stage (config, processor, pytorch generate, export, parity)."""
+
+    def __init__(self, stage: str, reason: str):
+        super().__init__(reason)
+        self.stage, self.reason = stage, reason
+
+
+def _configs(config) -> list:
+    """The config and its sub-configs (text, vision, ...)."""
+    from transformers import PretrainedConfig
+
+    subs = [getattr(config, name, None) for name in getattr(type(config), "sub_configs", {})]
+    return [config, *(sub for sub in subs if isinstance(sub, PretrainedConfig))]
+
+
+def _config_value(config, name: str):
+    """`name` on the config or the first sub-config that has it (vision sizes live in vision_config)."""
+    for part in _configs(config):
+        if getattr(part, name, None) is not None and not isinstance(getattr(part, name), dict):
+            return getattr(part, name)
+    return None
+
+
+def _class(kind: str, name: str):
+    from transformers.models.auto import image_processing_auto, processing_auto
+
+    find = {"processor": processing_auto.processor_class_from_name,
+            "image": image_processing_auto.get_image_processor_class_from_name}[kind]
+    try:
+        found = find(name)
+    except ImportError as e:  # torchvision-only image processors
+        raise Stage("processor", f"{name}: {_one_line(e)}") from e
+    if found is None:
+        raise Stage("processor", f"{name} not found (a library it needs is not installed?)")
+    return found
+
+
+def _image_processor(model_type: str, config, extra: dict):
+    """The image processor class of the model type (the PIL / slow one: torchvision may be missing), made for
+    IMAGE_SIDE images: every side of its size and crop size set to it (an area where the value is one, Qwen2-VL's
+    pixel bounds), and its arguments named like a vision config attribute (patch_size, merge_size ...) from it;
+    `extra` where it takes them (PaliGemma's processor reads the image processor's image_seq_length)."""
+    from transformers.models.auto import image_processing_auto
+
+    names = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type)
+    if isinstance(names, dict):  # transformers 5: per backend
+        names = [names.get("pil"), names.get("torchvision")]
+    names = [n for n in (names or ()) if n]
+    if not names:
+        raise Stage("processor", "no image processor class in IMAGE_PROCESSOR_MAPPING_NAMES")
+    cls = _class("image", names[0])
+    default = cls()
+    kwargs = {}
+    for key in ("size", "crop_size"):
+        value = getattr(default, key, None)
+        items = value.items() if hasattr(value, "items") else vars(value).items() if value is not None else ()
+        side = {k: (IMAGE_SIDE * IMAGE_SIDE if v > 2048 else IMAGE_SIDE) for k, v in items
+                if isinstance(v, int) and not isinstance(v, bool) and "pixels" not in k}
+        if side:
+            kwargs[key] = side
+    for name in ("min_pixels", "max_pixels"):
+        if getattr(default, name, None):
+            kwargs[name] = IMAGE_SIDE * IMAGE_SIDE
+    for name, value in vars(default).items():
+        if isinstance(value, dict) and set(value) == {"height", "width"} and name not in kwargs:  # Fuyu's patch_size
+            side = _config_value(config, name)
+            if isinstance(side, int):
+                kwargs[name] = {"height": side, "width": side}
+        if isinstance(value, int) and not isinstance(value, bool) and name not in kwargs:
+            for part in _configs(config)[1:]:
+                match = [v for k, v in vars(part).items() if (k == name or k.endswith(f"_{name}")) and isinstance(v, int)]
+                if match:
+                    kwargs[name] = match[0]
+                    break
+    try:
+        return cls(**kwargs, **extra)
+    except TypeError:
+        return cls(**kwargs)
+
+
+def _processor(model_type: str, model):
+    """The model type's processor class (PROCESSOR_MAPPING_NAMES) over its tiny image processor and the tiny
+    tokenizer; the tokenizer gets every special token the processor asks for (its `*_token` arguments' defaults,
+    and the tokenizer attributes it reads, found from the AttributeError); arguments named like a config
+    attribute take its value; `num_additional_image_tokens` counts the vision tower's class token."""
+    from transformers.models.auto import processing_auto
+
+    config = model.config
+
+    name = processing_auto.PROCESSOR_MAPPING_NAMES.get(model_type)
+    if not name:
+        raise Stage("processor", "no processor class in PROCESSOR_MAPPING_NAMES")
+    cls = _class("processor", name)
+    params = inspect.signature(cls.__init__).parameters
+    tokens = {k: p.default for k, p in params.items() if k.endswith("_token") and isinstance(p.default, str)}
+    kwargs = {}
+    for param in params:
+        for source in PROCESSOR_ALIASES.get(param, (param,)):
+            value = _config_value(config, source)
+            if value is not None and param not in ("image_processor", "tokenizer", "chat_template"):
+                kwargs[param] = value
+                break
+    if "num_additional_image_tokens" in params:
+        kwargs["num_additional_image_tokens"] = int(any(n.endswith("class_embedding") for n, _ in model.named_parameters()))
+    extra = {k: v for k in PROCESSOR_ALIASES if k not in params
+             for v in [next(filter(None, map(partial(_config_value, config), PROCESSOR_ALIASES[k])), None)] if v}
+    image_processor = _image_processor(model_type, config, extra) if "image_processor" in params else None
+    sys.path.insert(0, str(HERE))
+    from tiny import tiny_tokenizer
+
+    for _ in range(8):
+        tokenizer = tiny_tokenizer(TINY["vocab_size"], extra={k: v for k, v in tokens.items()} or None)
+        subs = {k: None for k, p in params.items() if p.default is inspect.Parameter.empty and k != "self"
+                and p.kind is p.POSITIONAL_OR_KEYWORD}
+        subs.update({k: tokenizer for k in params if k.endswith("tokenizer")})  # InstructBLIP's qformer_tokenizer too
+        if "image_processor" in params:
+            subs["image_processor"] = image_processor
+        try:
+            return cls(**subs, **kwargs)
+        except (AttributeError, ValueError) as e:  # a tokenizer attribute it reads: one more special token
+            words = [w.strip("'\"`.,").removesuffix("_id") for w in str(e).split()]
+            missing = [w for w in words if w.endswith("_token")]
+            if not missing or missing[-1] in tokens:
+                raise Stage("processor", _one_line(e)) from e
+            tokens[missing[-1]] = f"<{missing[-1]}>"
+        except KeyError as e:  # a token it looks up in the vocabulary (Fuyu's |SPEAKER|)
+            if not isinstance(e.args[0], str) or e.args[0] in tokens.values():
+                raise Stage("processor", _one_line(e)) from e
+            tokens[f"token_{len(tokens)}"] = e.args[0]
+        except Exception as e:
+            raise Stage("processor", _one_line(e)) from e
+    raise Stage("processor", "too many special tokens asked for")
+
+
+def _token_ids_from(processor, config, input_ids) -> None:
+    """The config's special-token ids (boi_token_index ...) set to the tiny tokenizer's ids of the tokens of the
+    same name; the image token's (image_token_id / image_token_index) to the special token the processor repeats
+    most in its prompts (the one image features replace: Aya Vision's is its patch token, not `<image>`)."""
+    import torch
+
+    tokenizer = processor.tokenizer
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids) - {0, 1, 2, 3}))
+    ids = input_ids[torch.isin(input_ids, special)]
+    repeated = int(ids.mode().values) if ids.numel() else None
+    for part in _configs(config):
+        for name in list(vars(part)):
+            if not name.endswith(("_token_id", "_token_index")) or name.startswith(("pad_", "bos_", "eos_")):
+                continue
+            stem = name.rsplit("_", 1)[0]
+            token = getattr(tokenizer, stem, None) or getattr(processor, stem, None)
+            if stem == "image_token" and repeated is not None:
+                setattr(part, name, repeated)
+            elif isinstance(token, str) and token in tokenizer.get_vocab():
+                setattr(part, name, tokenizer.convert_tokens_to_ids(token))
+
+
+def _draw_zero_weights(model) -> None:
+    """Draw the weight matrices a model's init leaves all zero (Gemma3's projection: every image would look the
+    same), normal(0, 0.5), seeded."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1 and parameter.is_floating_point() and not parameter.any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+
+
+def _vlm_batch(processor) -> dict:
+    """A batch of 2 prompts, one image each (the processor's image placeholder first where it has one), left-padded."""
+    from optimum_dynamo.exporters.vlm import default_image
+
+    placeholder = (getattr(processor, "boi_token", None) or getattr(processor, "image_token", None)
+                   or getattr(getattr(processor, "tokenizer", None), "image_token", None))
+    placeholder = f"{placeholder} " if isinstance(placeholder, str) else ""
+    texts = [f"{placeholder}{prompt}" for prompt in PROMPTS]
+    images = [default_image(IMAGE_SIDE, seed=1), default_image(IMAGE_SIDE, seed=2)]
+    if hasattr(processor, "tokenizer"):
+        processor.tokenizer.padding_side = "left"
+    for text in (texts, PROMPTS):  # without the placeholder where the processor puts the image tokens itself
+        for nested in ([[i] for i in images], images):
+            try:
+                return processor(images=nested, text=text, return_tensors="pt", padding=True)
+            except Exception as e:
+                error = e
+    raise error
+
+
+def step_build_vlm(model_type: str, directory: Path) -> dict:
+    """Child: the tiny model and processor, PyTorch's greedy tokens on a left-padded batch of 2 (one image each)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    try:
+        try:
+            config = tiny_config(model_type, TINY_VISION)
+        except Exception as e:
+            raise Stage("config", _one_line(e)) from e
+        try:
+            torch.manual_seed(0)
+            model = AutoModelForImageTextToText.from_config(config).eval()
+        except Exception as e:
+            raise Stage("config", f"model: {_one_line(e)}") from e
+        try:
+            processor = _processor(model_type, model)
+        except ImportError as e:  # a torchvision-only class
+            raise Stage("processor", _one_line(e)) from e
+        try:
+            batch = _vlm_batch(processor)
+        except Exception as e:
+            raise Stage("processor", f"inputs: {_one_line(e)}") from e
+        _token_ids_from(processor, model.config, batch["input_ids"])
+        _draw_zero_weights(model)
+        model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        params = inspect.signature(model.forward).parameters
+        inputs = {k: v for k, v in batch.items() if k in params and k != "labels"}
+        try:
+            with torch.no_grad():
+                tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                        do_sample=False)
+        except Exception as e:
+            raise Stage("pytorch generate", _one_line(e)) from e
+        model.save_pretrained(directory / "checkpoint")
+        processor.save_pretrained(directory / "checkpoint")
+    except Stage as e:
+        return {"viable": False, "status": "fail", "stage": e.stage, "reason": e.reason}
+    mask = inputs.get("attention_mask")
+    padded = mask is not None and bool(mask[0, 0] == 0 or mask[1, 0] == 0)
+    torch.save({"inputs": inputs, "tokens": tokens}, directory / "reference.pt")
+    return {"viable": True, **({} if padded else {"note": "the processor's batch is not left-padded"})}
+
+
+def step_check_vlm(directory: Path) -> dict:
+    """Child: the export through ORTModelForImageTextToText against PyTorch's greedy tokens."""
+    import torch
+
+    from optimum_dynamo import ORTModelForImageTextToText
+
+    reference = torch.load(directory / "reference.pt")
+    try:
+        model = ORTModelForImageTextToText.from_pretrained(directory / "onnx")
+        with torch.no_grad():
+            tokens = model.generate(**reference["inputs"], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                    do_sample=False)
+    except Exception as e:
+        return {"ok": False, "reason": f"runtime: {_one_line(e)}"}
+    if not torch.equal(tokens, reference["tokens"]):
+        return {"ok": False, "reason": "greedy tokens differ from PyTorch's"}
+    return {"ok": True}
+
+
+def _bounded():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (ROW_MEMORY, ROW_MEMORY))
+
+
+def _vlm_child(*args: str) -> dict:
+    try:
+        return _child(*args, timeout=ROW_TIMEOUT, preexec_fn=_bounded)
+    except subprocess.TimeoutExpired:
+        return {"viable": False, "ok": False, "reason": f"over {ROW_TIMEOUT} s"}
+
+
+def run_vlm_one(model_type: str, directory: Path) -> dict:
+    """One image-text-to-text row: pass, or fail at a stage (config, processor, pytorch generate, export, parity)
+    with one line; `viable`: PyTorch itself generates with the tiny model and processor."""
+    row = {"model_type": model_type, **_vlm_child("--step", "build", "vlm", model_type, str(directory))}
+    if not row["viable"]:
+        return {**row, "status": "fail", "stage": row.get("stage", "config")}
+    cli = Path(sys.executable).parent / "optimum-cli"
+    start = time.perf_counter()
+    try:
+        export = subprocess.run([str(cli), "export", "onnx", "--dynamo", "--model", str(directory / "checkpoint"),
+                                 "--task", KINDS["vlm"].task, str(directory / "onnx")], capture_output=True,
+                                text=True, timeout=ROW_TIMEOUT, preexec_fn=_bounded)
+    except subprocess.TimeoutExpired:
+        return {**row, "status": "fail", "stage": "export", "reason": f"over {ROW_TIMEOUT} s", "export_s": ROW_TIMEOUT}
+    row["export_s"] = round(time.perf_counter() - start, 1)
+    if export.returncode != 0:
+        return {**row, "status": "fail", "stage": "export", "reason": _cli_error(export.stderr)}
+    check = _vlm_child("--step", "check", "vlm", str(directory))
+    if not check.get("ok"):
+        return {**row, "status": "fail", "stage": "parity", "reason": check.get("reason", "")}
+    return {**row, "status": "pass", "stage": "", "reason": ""}
+
+
 def run(types: list[str], out: Path, root: Path, kind: str = "causal", merge: bool = False) -> None:
     """Rows into `out`; with `merge`, into the results already there (same mapping and versions): the rows of
     these types are replaced, the others kept."""
@@ -361,7 +668,8 @@ def run(types: list[str], out: Path, root: Path, kind: str = "causal", merge: bo
         row = run_one(model_type, root, kind)
         results["rows"].append(row)
         results["rows"].sort(key=lambda r: r["model_type"])
-        print(f"[{i}/{len(types)}] {model_type}: {row.get('outcome', 'not viable')} {row.get('export_s', '')} "
+        outcome = row.get("outcome") or " at ".join(filter(None, (row.get("status"), row.get("stage"))))
+        print(f"[{i}/{len(types)}] {model_type}: {outcome or 'not viable'} {row.get('export_s', '')} "
               f"{row.get('reason', '')}", file=sys.stderr, flush=True)
         out.write_text(json.dumps(results, indent=1))  # partial results survive an interrupted run
 
@@ -405,6 +713,39 @@ def _summary_line(name: str, results: dict) -> str:
                                        if planned > s["types"] else ""))
 
 
+def vlm_summary(results: dict) -> dict:
+    rows = results["rows"]
+    viable = [r for r in rows if r.get("viable")]
+    stages = {}
+    for row in rows:
+        if row["status"] == "fail":
+            stages[row["stage"]] = stages.get(row["stage"], 0) + 1
+    passed = sum(r["status"] == "pass" for r in rows)
+    return {"types": len(rows), "viable": len(viable), "pass": passed, "stages": stages,
+            "percent": round(100 * passed / len(viable)) if viable else 0,
+            "max_export_s": max((r.get("export_s") or 0 for r in viable), default=0)}
+
+
+def _vlm_cell(row: dict | None, planned: bool) -> str:
+    if row is None:
+        return "not run yet" if planned else "—"
+    reason = row.get("reason", "").replace("|", "/")
+    if row["status"] == "pass":
+        return f"pass ({row.get('export_s')} s)"
+    text = f"fail at {row['stage']}: {reason}"
+    return text + (f" ({row['export_s']} s)" if row.get("export_s") else "")
+
+
+def _vlm_summary_line(name: str, results: dict) -> str:
+    s, planned = vlm_summary(results), len(results.get("planned", ()))
+    stages = ", ".join(f"{count} at {stage}" for stage, count in sorted(s["stages"].items()))
+    return (f"- **{name}** ({results['date']}; optimum {results['versions']['optimum']}, optimum-onnx "
+            f"{results['versions']['optimum-onnx']}): {s['types']} model types, {s['viable']} viable in PyTorch "
+            f"(the tiny model and processor generate); **{s['pass']} pass ({s['percent']}% of the viable)**; "
+            f"fail: {stages or 'none'}; slowest export {s['max_export_s']} s"
+            + (f"; {planned - s['types']} of the {planned} planned types not run yet" if planned > s["types"] else ""))
+
+
 def table(paths: list[Path]) -> str:
     """One section per auto mapping, one column per environment."""
     runs = [json.loads(p.read_text()) for p in paths]
@@ -415,11 +756,13 @@ def table(paths: list[Path]) -> str:
             continue
         names = [f"transformers {r['versions']['transformers']}" for r in group]
         lines += [f"### {kind.title}: `{kind.mapping}`, `--task {kind.task}`, `{kind.runtime}`", ""]
-        lines += [_summary_line(name, results) for name, results in zip(names, group)]
+        vlm = kind.task == KINDS["vlm"].task
+        lines += [(_vlm_summary_line if vlm else _summary_line)(name, results) for name, results in zip(names, group)]
         by_type = [{r["model_type"]: r for r in results["rows"]} for results in group]
         planned = [set(results.get("planned", ())) for results in group]
+        cell = _vlm_cell if vlm else _cell
         lines += ["", "| model type | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        lines += [f"| {t} | " + " | ".join(_cell(rows.get(t), t in plan) for rows, plan in zip(by_type, planned))
+        lines += [f"| {t} | " + " | ".join(cell(rows.get(t), t in plan) for rows, plan in zip(by_type, planned))
                   + " |" for t in sorted(set().union(*by_type))]
         lines.append("")
     return "\n".join(lines).rstrip()
@@ -440,7 +783,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.step:
         step, kind, *rest = args.step
-        result = step_build(kind, rest[0], Path(rest[1])) if step == "build" else step_check(kind, Path(rest[0]))
+        if kind == "vlm":
+            result = step_build_vlm(rest[0], Path(rest[1])) if step == "build" else step_check_vlm(Path(rest[0]))
+        else:
+            result = step_build(kind, rest[0], Path(rest[1])) if step == "build" else step_check(kind, Path(rest[0]))
         print(json.dumps(result))
         return
     if args.table:
