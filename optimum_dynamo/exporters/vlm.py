@@ -168,7 +168,20 @@ class VisionEncoder(torch.nn.Module):
             if isinstance(v, (bool, int, float, str)) and all(c.kwargs.get(k, object()) == v for c in observer.calls)
         }
         calls = [Call({"pixel_values": c.kwargs["pixel_values"]}, c.outputs) for c in observer.calls]
-        return InputObserver(cls(observer.module, keywords), "vision_encoder", calls=calls)
+        wrapper = cls(observer.module, keywords)
+        dropped = {k for c in observer.calls for k, v in c.kwargs.items() if isinstance(v, torch.Tensor)} - {"pixel_values"}
+        if dropped:  # e.g. Idefics3's patch_attention_mask, all ones for whole tiles: the graph must not need it
+            with torch.no_grad():
+                same = all(_same_outputs(wrapper(c.kwargs["pixel_values"]), c.outputs) for c in calls)
+            if not same:
+                raise ExportError(f"the vision tower's outputs depend on {sorted(dropped)}, which its graph would not "
+                                  "take: cannot export the vision encoder")
+        return InputObserver(wrapper, "vision_encoder", calls=calls)
+
+
+def _same_outputs(got, recorded) -> bool:
+    got, recorded = flat_outputs(got), flat_outputs(recorded)
+    return got.keys() == recorded.keys() and all(torch.allclose(got[k], recorded[k], atol=1e-6) for k in got)
 
 
 class ImageFeatures(torch.nn.Module):
@@ -287,18 +300,31 @@ def image_sizes(pixels: torch.Tensor, sizes: torch.Tensor | None) -> str | list 
     return sizes.tolist()
 
 
+def padded_images(pixels: torch.Tensor, tower_pixels: torch.Tensor) -> dict:
+    """`{"padded_images": True}` when the processor's pixels have an images axis (batch, images, C, H, W) that
+    the model flattened before its tower, dropping the all-zero images the processor padded with (Idefics3,
+    SmolVLM): the runtime does the same, so the tower's graph takes a dynamic number of images (tiles)."""
+    if pixels.dim() == tower_pixels.dim():
+        return {}
+    flat = pixels.flatten(0, 1)
+    if pixels.dim() != tower_pixels.dim() + 1 or not torch.equal(flat[flat.flatten(1).any(1)], tower_pixels):
+        raise ExportError(f"pixel_values of shape {tuple(pixels.shape)} reached the vision tower as "
+                          f"{tuple(tower_pixels.shape)}, not as its non-zero images: cannot join the image graphs")
+    return {"padded_images": True}
+
+
 def image_components(model, processor, inputs: dict, obs: dict, image_id: int, layout: dict,
                      other: dict | None = None) -> dict:
     """The vision tower and the projector as two graphs when the projector's output is what the model merged
     and its input one of the tower's outputs (LLaVA, Gemma3; `layout` gets the join); else the model's
     `get_image_features` as one graph (a pixel shuffle or a scaling between them: Aya Vision, PaliGemma 4.57)."""
     merged = obs["language"].calls[0].kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
-    if "projector" not in obs:  # the tower ends with its merger (Qwen2-VL): one graph over the patches and grids
+    if "image_grid_thw" in inputs:  # patches with a grid per image (Qwen2-VL): one graph, its tower ends with its merger
         layout["grid_inputs"] = [n for n in inspect.signature(GridImageFeatures.forward).parameters if n != "self"]
         layout["vision_module"] = next(n for n, m in model.named_modules() if m is obs["vision"].module)
         return {"image_features": (GridImageFeatures.observed(model, processor, obs["vision"].module, inputs,
                                                               obs["language"].calls[0], image_id), None, None)}
-    vision, projector = obs["vision"].calls, obs["projector"].calls
+    vision, projector = obs["vision"].calls, obs["projector"].calls if "projector" in obs else []
     if len(vision) == 1 and len(projector) == 1 and isinstance(projector[0].outputs, torch.Tensor):
         rows = projector[0].outputs.reshape(-1, merged.shape[-1])
         try:
@@ -306,7 +332,8 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
         except ExportError:
             source = None
         if source is not None and rows.shape == merged.shape and torch.equal(rows, merged):
-            layout.update(vision_output=source, vision_skip=skip)
+            layout.update(vision_output=source, vision_skip=skip,
+                          **padded_images(inputs["pixel_values"], vision[0].kwargs["pixel_values"]))
             return {"vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
                     "multi_modal_projector": (obs["projector"], None, None)}
     observer = ImageFeatures.observed(model, inputs, obs["language"].calls[0], image_id, other)
@@ -404,6 +431,29 @@ def _load(model_or_dir, processor):
     return model_or_dir.eval(), processor
 
 
+def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The inner model's children by what they do, not their names (`language_model` / `text_model`,
+    `vision_tower` / `vision_model`, `multi_modal_projector` / `connector`): the language model holds the
+    input embeddings, the vision tower takes `pixel_values`, the projector is the one other child with weights."""
+    children = dict(inner.named_children())
+
+    def holds_embeddings(m) -> bool:
+        return hasattr(m, "get_input_embeddings") and m.get_input_embeddings() is embeddings
+
+    language = [n for n, m in children.items() if holds_embeddings(m)]
+    vision = [n for n, m in children.items() if "pixel_values" in inspect.signature(m.forward).parameters]
+    if not vision:  # a tower over patches (Qwen2-VL's `visual`, forward(hidden_states, grid_thw)): by its config
+        kind = type(getattr(inner.config, "vision_config", None))
+        vision = [n for n, m in children.items() if type(getattr(m, "config", None)) is kind]
+    if len(language) != 1 or len(vision) != 1:
+        raise ExportError(f"cannot tell the language model and the vision tower among {list(children)}")
+    parts = dict(language=children[language[0]], vision=children[vision[0]])
+    others = [m for n, m in children.items() if n not in language + vision and any(True for _ in m.parameters())]
+    if len(others) == 1:
+        parts["projector"] = others[0]
+    return parts
+
+
 def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
     """One greedy `generate` on (`image`, `prompt`) under observation: (plan, layout, new tokens). `plan`:
     component -> (observer, inputs or None, constants or None), as `ObservedOnnxExporter` takes it."""
@@ -413,10 +463,7 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     if not any(t in prompt for t in placeholders):
         raise ExportError(f"the prompt has no image token: put the processor's image placeholder in it, e.g. {default_prompt(processor)!r}")
     inputs = processor_inputs(model, processor, image or default_image(), prompt)
-    modules = dict(top=model, language=inner.language_model, embed=model.get_input_embeddings(),
-                   vision=getattr(inner, "vision_tower", None) or inner.visual,  # Qwen2-VL's: `visual`
-                   projector=getattr(inner, "multi_modal_projector", None))
-    modules = {name: module for name, module in modules.items() if module is not None}
+    modules = dict(top=model, **inner_parts(inner, model.get_input_embeddings()), embed=model.get_input_embeddings())
     with observe(**modules) as obs, torch.no_grad():
         tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
     for name, observer in obs.items():
