@@ -165,7 +165,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
 
     # ------------------------------------------------------------------ the steps
     def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None,
-                       image_sizes: torch.Tensor | None = None) -> torch.Tensor:
+                       image_sizes: torch.Tensor | None = None,
+                       pixel_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens."""
         if "grid_inputs" in self.layout:  # flattened patches: the tower's inputs derived from the grids, any size
             if image_grid_thw is None:
@@ -185,6 +186,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             self._check_image_size(pixel_values)
             return torch.cat([self._one_image(pixel_values[i : i + 1], size) for i, size in enumerate(sizes)])
         self._check_image_size(pixel_values)
+        if self.layout.get("padded_images"):
+            pixel_values = self._real_images(pixel_values, pixel_attention_mask)
         if "image_features" in self.components:  # the model's `get_image_features`
             return self.components["image_features"](pixel_values=pixel_values)["output"]
         vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the split layout: tower, projector
@@ -212,13 +215,25 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             pixels = pixels[..., : size[0], : size[1]]
         return self.components["image_features"](pixel_values=pixels)["output"]
 
+    @staticmethod
+    def _real_images(pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """(batch, images, C, H, W) -> (real images, C, H, W): the all-zero images the processor padded with are
+        dropped, as the model does. The graph takes whole images: a mask hiding part of a real one is refused."""
+        flat = pixel_values.flatten(0, 1)
+        real = flat.flatten(1).any(1)
+        if pixel_attention_mask is not None and not pixel_attention_mask.flatten(0, 1)[real].all():
+            raise ValueError("pixel_attention_mask masks part of an image: the exported image graph takes whole images "
+                             "(tiles) without a pixel mask")
+        return flat[real]
+
     def _check_image_size(self, pixel_values: torch.Tensor) -> None:
         """Images of the size the image graph was exported with (the manifest's fixed axes), else one line: never
-        resized here."""
+        resized here. With `padded_images`, pixel_values have an images axis more than the graph."""
         graph = self.components.get("image_features") or self.components["vision_encoder"]
         dims = list(graph.input_shapes["pixel_values"])
-        if len(dims) != pixel_values.dim() or any(
-                isinstance(d, int) and d != size for d, size in zip(dims[1:], pixel_values.shape[1:])):
+        rank = len(dims) + int(bool(self.layout.get("padded_images")))
+        if rank != pixel_values.dim() or any(
+                isinstance(d, int) and d != size for d, size in zip(dims[1:], pixel_values.shape[rank - len(dims) + 1 :])):
             fixed = "x".join(str(d) if isinstance(d, int) else "any" for d in dims[1:])
             raise ValueError(f"pixel_values of shape {tuple(pixel_values.shape)}: the exported image graph takes images "
                              f"of {fixed} (fixed at export); resize them with the model's processor")
@@ -256,15 +271,16 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         return rows.transpose(0, 1)  # the decoder takes them batch first
 
     def prompt_embeddings(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None,
-                          image_grid_thw: torch.Tensor | None = None, image_sizes: torch.Tensor | None = None,
-                          ) -> torch.Tensor:
+                          **image_inputs: torch.Tensor | None) -> torch.Tensor:
+        """The prompt's embeddings, the image tokens' rows replaced by the images' (`image_inputs`: the
+        processor's other image tensors the layout needs: `image_grid_thw`, `image_sizes`, `pixel_attention_mask`)."""
         embeds = self.embed(input_ids)
         is_image = input_ids == self.layout["image_token_id"]
         if pixel_values is None:
             if is_image.any():
                 raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but no pixel_values")
             return embeds
-        rows = self.image_features(pixel_values, image_grid_thw, image_sizes)
+        rows = self.image_features(pixel_values, **image_inputs)
         if rows.shape[0] != is_image.sum():
             raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but {rows.shape[0]} image features")
         embeds[is_image] = rows.to(embeds.dtype)
@@ -291,12 +307,14 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         image_grid_thw: torch.LongTensor | None = None,
         mm_token_type_ids: torch.LongTensor | None = None,
         image_sizes: torch.LongTensor | None = None,
+        pixel_attention_mask: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         batch, length = input_ids.shape
         prefill = past_key_values is None
         if prefill:
-            embeds = self.prompt_embeddings(input_ids, pixel_values, image_grid_thw, image_sizes)
+            embeds = self.prompt_embeddings(input_ids, pixel_values, image_grid_thw=image_grid_thw,
+                                            image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask)
             past_key_values = self.empty_past(batch)
         else:
             embeds = self.embed(input_ids)  # decode steps: the image is in the past
