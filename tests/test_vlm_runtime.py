@@ -1,4 +1,4 @@
-"""ORTModelForImageTextToText over real `export_vlm` graphs (tiny Gemma3 and LLaVA, random weights):
+"""ORTModelForImageTextToText over real `export_vlm` graphs (each family's tiny model, random weights):
 transformers' `generate` through onnxruntime gives PyTorch's tokens on left-padded batches, with and
 without images, several images per prompt, sampling with a seed and beam search; it saves and loads
 like an optimum ORTModel."""
@@ -6,9 +6,11 @@ like an optimum ORTModel."""
 import inspect
 import json
 
+import numpy as np
 import pytest
 import torch
 import transformers
+from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
 from optimum_dynamo import ORTModelForImageTextToText
@@ -20,7 +22,8 @@ GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=Fa
 
 
 @pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl",
-                                        "llava_next", "mistral3"])
+                                        "llava_next", "mistral3", "idefics3",
+                                        "smolvlm"])
 def exported(request, vlm_exports):
     if request.param == "qwen2_vl" and int(transformers.__version__.split(".")[0]) < 5:
         pytest.skip("transformers 4.57's Qwen2-VL tower computes cu_seqlens and its rotary positions from the grid "
@@ -99,14 +102,20 @@ def test_several_images_in_one_prompt(exported):
     model, ort, processor, _ = exported
     images = [[default_image(seed=4), default_image(seed=5)], [default_image(seed=6)]]
     inputs = _inputs(model, processor, ["a {image} b {image} c", "the {image} quick brown fox"], images)
-    images = inputs.get("image_grid_thw", inputs["pixel_values"])  # Qwen2-VL: rows of patches, a grid per image
-    assert images.shape[0] == 3
+    pixels = inputs["pixel_values"]
+    if pixels.dim() == 5:  # (prompts, tiles of their images, C, H, W), padded with all-zero images (Idefics3)
+        tiles = int(pixels[1].flatten(1).any(1).sum())  # of one image
+        assert pixels.shape[1] == 2 * tiles
+        swapped = dict(inputs, pixel_values=pixels.clone())
+        swapped["pixel_values"][0] = torch.cat([pixels[0, tiles:], pixels[0, :tiles]])
+    else:
+        assert inputs.get("image_grid_thw", pixels).shape[0] == 3  # Qwen2-VL: rows of patches, a grid per image
+        swapped = {k: v[[1, 0, 2]] if k in ("pixel_values", "image_sizes") else v for k, v in inputs.items()}
+    if "image_grid_thw" in inputs:  # the images' blocks of patches swapped (same sizes here)
+        blocks = pixels.split(inputs["image_grid_thw"].prod(-1).tolist())
+        swapped["pixel_values"] = torch.cat([blocks[1], blocks[0], blocks[2]])
     expected, tokens = _both(model, ort, inputs, **GREEDY)
     assert tokens == expected
-    swapped = {k: v[[1, 0, 2]] if k in ("pixel_values", "image_sizes") else v for k, v in inputs.items()}  # in order
-    if "image_grid_thw" in inputs:  # the images' blocks of patches swapped (same sizes here)
-        blocks = inputs["pixel_values"].split(inputs["image_grid_thw"].prod(-1).tolist())
-        swapped["pixel_values"] = torch.cat([blocks[1], blocks[0], blocks[2]])
     expected, tokens = _both(model, ort, swapped, **GREEDY)
     assert tokens == expected
     with torch.no_grad():  # the order matters (tokens alone may not show it: tiny Aya Vision barely reads images)
@@ -150,8 +159,9 @@ def test_an_image_size_not_exported_is_refused(exported):
                 ort.generate(**inputs, **GREEDY)
         return
     pixels = inputs["pixel_values"]
-    other = torch.nn.functional.interpolate(pixels, size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))
-    size = "x".join(map(str, pixels.shape[1:]))
+    other = torch.nn.functional.interpolate(pixels.flatten(0, -4), size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))
+    other = other.reshape(*pixels.shape[:-2], *other.shape[-2:])  # Idefics3: (prompts, tiles, C, H, W)
+    size = "x".join(map(str, pixels.shape[-3:]))
     with pytest.raises(ValueError, match=rf"^pixel_values of shape \({', '.join(map(str, other.shape))}\): the "
                                          rf"exported image graph takes images of {size} \(fixed at export\); "
                                          "resize them with the model's processor$"):
@@ -186,6 +196,25 @@ def test_an_unseen_image_size(exported):
                                          r"are multiples of 16 \(whole merged patches\); resize it with the model's "
                                          "processor$"):
         ort.generate(**dict(inputs, image_sizes=torch.tensor([[40, 48], [32, 32]])), **GREEDY)
+
+
+def test_images_split_into_another_number_of_tiles(exported):
+    """Idefics3's processor splits an image into tiles by its size: the tile axis is dynamic, all-zero padding
+    images are dropped by the runtime; the tile size is fixed, and a pixel mask hiding part of a tile is refused."""
+    model, ort, processor, _ = exported
+    if "pixel_attention_mask" not in inspect.signature(model.forward).parameters:
+        pytest.skip("the processor resizes every image to one size (no tiles)")
+    wide = Image.fromarray(np.random.default_rng(7).integers(0, 256, (20, 60, 3), dtype=np.uint8))
+    inputs = _inputs(model, processor, ["the quick {image} brown fox", "hello world {image} from the lazy dog"],
+                     [[wide], [default_image(seed=2)]])
+    assert inputs["pixel_values"].shape[1] == 5 and not inputs["pixel_values"][0].flatten(1).any(1).all()
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+    mask = inputs["pixel_attention_mask"].clone()
+    mask[1, 0, :, -1] = 0
+    with pytest.raises(ValueError, match=r"^pixel_attention_mask masks part of an image: the exported image graph "
+                                         r"takes whole images \(tiles\) without a pixel mask$"):
+        ort.generate(**dict(inputs, pixel_attention_mask=mask), **GREEDY)
 
 
 def test_behaves_like_an_optimum_ortmodel(exported):

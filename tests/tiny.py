@@ -251,6 +251,10 @@ def save_tiny_model(model_type: str, task: str, path: str | Path, *, seed: int =
 
 # Tiny vision-language models: a 32x32 image in 8x8 patches, the _DECODER text sizes.
 _VISION = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+# Idefics3's prompt tokens (tiles are marked <row_i_col_j>: up to 2x2 tiles here), in the tokenizer's vocabulary
+_IDEFICS3_TOKENS = {"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+                    "end_of_utterance_token": "<end_of_utterance>", "global_image_token": "<global-img>",
+                    **{f"row_{i}_col_{j}": f"<row_{i}_col_{j}>" for i in (1, 2) for j in (1, 2)}}
 _VLM = {
     "gemma3": dict(
         vision=dict(_VISION, model_type="siglip_vision_model"),
@@ -304,6 +308,18 @@ _VLM = {
         text=dict(model_type="mistral"),
         config=dict(image_token_index=4, spatial_merge_size=2, vision_feature_layer=-1),
         tokens={"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"},
+    ),
+    "idefics3": dict(  # 32x32 tiles, pixel shuffle (2x2) in the connector: 4 image tokens per tile
+        vision=dict(_VISION, model_type="idefics3_vision"),
+        text=dict(model_type="llama"),
+        config=dict(image_token_id=5, scale_factor=2),
+        tokens=_IDEFICS3_TOKENS,
+    ),
+    "smolvlm": dict(
+        vision=dict(_VISION, model_type="smolvlm_vision"),
+        text=dict(model_type="llama"),
+        config=dict(image_token_id=5, scale_factor=2),
+        tokens=_IDEFICS3_TOKENS,
     ),
 }
 
@@ -362,6 +378,13 @@ def _tiny_processor(model_type: str, config):
 
         images = PixtralImageProcessor(size={"longest_edge": 64}, patch_size={"height": 16, "width": 16})
         return PixtralProcessor(images, tokenizer, patch_size=8, spatial_merge_size=2, **tokens)
+    if model_type in ("idefics3", "smolvlm"):  # images split into 32x32 tiles (up to 2x2) and a global one
+        from transformers import Idefics3ImageProcessor, Idefics3Processor
+
+        # SmolVLMProcessor needs num2words and torchvision (its video processor), not installed here: SmolVLM's
+        # image prompt is Idefics3's (same tile markers and image tokens)
+        images = Idefics3ImageProcessor(size={"longest_edge": 64}, max_image_size={"longest_edge": 32})
+        return Idefics3Processor(images, tokenizer, image_seq_len=4)
     if model_type == "aya_vision":  # one 32x32 tile per image, no thumbnail tiles
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
         return AyaVisionProcessor(images, tokenizer, patch_size=8, img_size=32, downsample_factor=2)
