@@ -118,6 +118,17 @@ def test_onnxscript_optimize_keeps_adding_zero():
     assert sorted(v.const_value.numpy().item() for v in model.graph.initializers.values()) == [0.0, 5.0]
 
 
+def test_onnxscript_optimize_keeps_multiplying_by_almost_one():
+    """`x * 1` and `x / 1` go only for an exact 1 (onnxscript's rules also removed `* (1 - 1e-6)`)."""
+    def build(t, x):
+        one, almost = _const(t, np.float32(1), "one"), _const(t, np.float32(1 - 1e-6), "almost")
+        return [t.op("Div", [t.op("Mul", [t.op("Mul", [one, x]), almost]), one])]
+
+    model = _model(build, [_input("x", [2, 3])])
+    _apply(OnnxscriptOptimize(), model, {"x": RNG.standard_normal((2, 3), dtype=np.float32)})
+    assert _ops(model) == ["Mul"]
+
+
 def test_simplify_shapes():
     """A dim read back through Reshape -> Transpose -> Shape -> Slice is the dim the Reshape was given."""
     def build(t, x):

@@ -2,8 +2,9 @@
 
 onnxscript 0.7.2's no-op rules match their constant with an absolute tolerance of 1e-8, so `x + 0` / `x - 0`
 remove an RMSNorm's `+ eps` with eps = 1e-8 (helium) and a zero hidden row (a padding token) becomes
-0 / 0 = NaN: those two are left out. `x * 1` and `x / 1` stay (no float32 other than 1.0 is within 1e-8 of
-it; the rotary fusions need llama's `cos * attention_scaling` gone).
+0 / 0 = NaN: those two are left out. `x * 1` and `x / 1` also match within a relative 1e-5, so they removed
+transformers 4.57 Idefics3's `* (1 - 1e-6)` (patch positions then fell into the next bucket): they are kept
+with an exact 1 (the rotary fusions need llama's `cos * attention_scaling` gone, where it is 1.0).
 
 `optimizer.optimize_ir` takes no rule list, so its steps are composed here from public passes, in its order.
 """
@@ -17,7 +18,7 @@ import onnx_ir.passes.common as common_passes
 # onnxscript 0.7.2's default rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0`; a name another
 # onnxscript version lacks is skipped, not an error
 DEFAULT_RULES = (
-    "div_by_1_rule", "dropout_zero_rule", "dropout_inference_rule", "two_reshapes_matmul_reshape_rule",
+    "dropout_zero_rule", "dropout_inference_rule", "two_reshapes_matmul_reshape_rule",
     "one_reshape_matmul_reshape_rule", "cast_constant_of_shape_rule", "cast_constant_of_shape_without_value_rule",
     "collapse_slice_rule", "collapse_slice2_rule", "materialize_reshape_shape_rule", "min_min_rule", "max_max_rule",
     "min_max_rule", "max_min_rule", "successive_clip_relu_rule", "successive_relu_clip_rule", "successive_relu_rule",
@@ -33,10 +34,17 @@ DEFAULT_RULES = (
 
 
 def rewrite_rules() -> list:
-    """onnxscript's default rewrite rules without `x + 0` / `x - 0` (`x * 1` both ways first, as its list)."""
+    """onnxscript's default rewrite rules without `x + 0` / `x - 0`, `x * 1` (both ways) and `x / 1` with an
+    exact 1 first, as its list."""
+    from onnxscript.rewriter import pattern
     from onnxscript.rewriter.rules import common as r
 
-    return [*r.mul_by_1_rule.commute(), *(getattr(r, name) for name in DEFAULT_RULES if hasattr(r, name))]
+    def one():
+        return pattern.Constant(1, rel_tol=0.0, abs_tol=0.0)
+
+    mul_by_1 = pattern.RewriteRule(lambda op, x: op.Mul(x, one()), lambda op, x: op.Identity(x))
+    div_by_1 = pattern.RewriteRule(lambda op, x: op.Div(x, one()), lambda op, x: op.Identity(x))
+    return [*mul_by_1.commute(), div_by_1, *(getattr(r, name) for name in DEFAULT_RULES if hasattr(r, name))]
 
 
 class FoldConstants(ir.passes.InPlacePass):
