@@ -310,3 +310,32 @@ def test_packed_vision_attention_keeps_the_tower_s_output():
     assert len(swapped) == 1
     rows = [out if isinstance(out, torch.Tensor) else out.pooler_output for out in (expected, got)]
     assert (rows[0] - rows[1]).abs().max().item() < 1e-6
+
+
+@pytest.mark.parametrize("model_type", ["idefics3", "smolvlm"])
+def test_vision_positions_patch_keeps_the_model_s_logits(model_type, tmp_path):
+    """transformers 4's Idefics3 / SmolVLM patch positions (a loop over the images) computed for all images at
+    once: the logits on an image split into tiles, and the embeddings of images padded at the bottom or the
+    right, are the unpatched model's."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from optimum_dynamo.exporters.vlm import default_image
+    from optimum_dynamo.patches import transformers_vision_positions
+    from tiny import save_tiny_vlm
+
+    chosen = [p for p in patches.active_patches()
+              if p.replacement.__module__ == transformers_vision_positions.__name__ and f".{model_type}." in p.target]
+    if not chosen:
+        pytest.skip("transformers 5 computes the positions of all images at once")
+    path = save_tiny_vlm(model_type, tmp_path)
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    inputs = AutoProcessor.from_pretrained(path)(images=[default_image()], text="the quick <image> brown fox",
+                                                return_tensors="pt")
+    embeddings = model.model.vision_model.embeddings
+    pixels, mask = torch.randn(3, 3, 32, 32), torch.ones(3, 4, 4, dtype=torch.bool)
+    mask[1, 3:], mask[2, :, 1:] = False, False
+    with torch.no_grad():
+        expected = model(**inputs).logits, embeddings(pixels, mask)
+        with patches.applied(chosen):
+            got = model(**inputs).logits, embeddings(pixels, mask)
+    assert inputs["pixel_values"].shape[1] > 1 and all(torch.equal(a, b) for a, b in zip(got, expected))
