@@ -438,7 +438,10 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str
     children = dict(inner.named_children())
 
     def holds_embeddings(m) -> bool:
-        return hasattr(m, "get_input_embeddings") and m.get_input_embeddings() is embeddings
+        try:
+            return m.get_input_embeddings() is embeddings
+        except (AttributeError, NotImplementedError):  # 4.57's towers raise NotImplementedError
+            return False
 
     language = [n for n, m in children.items() if holds_embeddings(m)]
     vision = [n for n, m in children.items() if "pixel_values" in inspect.signature(m.forward).parameters]
