@@ -103,7 +103,7 @@ def test_several_images_in_one_prompt(exported):
     images = [[default_image(seed=4), default_image(seed=5)], [default_image(seed=6)]]
     inputs = _inputs(model, processor, ["a {image} b {image} c", "the {image} quick brown fox"], images)
     pixels = inputs["pixel_values"]
-    if pixels.dim() == 5:  # (prompts, tiles of their images, C, H, W), padded with all-zero images (Idefics3)
+    if ort.layout.get("padded_images"):  # (prompts, tiles of their images, C, H, W), padded with zero images (Idefics3)
         tiles = int(pixels[1].flatten(1).any(1).sum())  # of one image
         assert pixels.shape[1] == 2 * tiles
         swapped = dict(inputs, pixel_values=pixels.clone())
