@@ -149,17 +149,19 @@ def test_the_removed_runner_names_its_replacement():
         optimum_dynamo.VlmRunner
 
 
-def test_qwen2_vl_on_transformers_4_is_refused_in_one_line(tmp_path):
-    """4.57's Qwen2-VL tower derives its attention bounds and rotary positions from the grid inside forward."""
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl"])
+def test_qwen_vl_on_transformers_4_is_refused_in_one_line(tmp_path, model_type):
+    """4.57's Qwen2-VL (and Qwen2.5-VL: window indices too) tower derives its attention bounds and rotary positions
+    from the grid inside forward."""
     import transformers
 
     from tiny import tiny_vlm_processor
 
     if int(transformers.__version__.split(".")[0]) >= 5:
         pytest.skip("transformers 5 precomputes the tower's grid inputs: exported (test_vlm_runtime.py)")
-    path = save_tiny_vlm("qwen2_vl", tmp_path / "model")
+    path = save_tiny_vlm(model_type, tmp_path / "model")
     with pytest.raises(ExportError) as error:
-        export_vlm(path, tmp_path / "onnx", processor=tiny_vlm_processor(path, "qwen2_vl"))
+        export_vlm(path, tmp_path / "onnx", processor=tiny_vlm_processor(path, model_type))
     assert str(error.value) == (
         "this vision tower derives its attention bounds and rotary positions from the image grid inside its forward; "
         "transformers >= 5 precomputes them (precompute_export_inputs): upgrade transformers to export it")

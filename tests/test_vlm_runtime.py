@@ -21,12 +21,12 @@ NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
-@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl",
+@pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl", "qwen2_5_vl",
                                         "llava_next", "mistral3", "idefics3",
                                         "smolvlm"])
 def exported(request, vlm_exports):
-    if request.param == "qwen2_vl" and int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip("transformers 4.57's Qwen2-VL tower computes cu_seqlens and its rotary positions from the grid "
+    if request.param in ("qwen2_vl", "qwen2_5_vl") and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip(f"transformers 4.57's {request.param} tower computes cu_seqlens and its rotary positions from the grid "
                     "inside forward (no precomputed inputs): not exported (one-line error)")
     try:
         path, result = vlm_exports(request.param)
