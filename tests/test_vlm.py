@@ -12,7 +12,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from optimum_dynamo import ORTModelForImageTextToText, export_vlm
 from optimum_dynamo.errors import ExportError
 from optimum_dynamo.exporters.vlm import default_image, processor_inputs
-from tiny import save_tiny_vlm
+from tiny import save_tiny_vlm, tiny_vlm_processor
 
 ATOL = 1e-4
 NEW_TOKENS = 8
@@ -155,8 +155,6 @@ def test_qwen_vl_on_transformers_4_is_refused_in_one_line(tmp_path, model_type):
     from the grid inside forward."""
     import transformers
 
-    from tiny import tiny_vlm_processor
-
     if int(transformers.__version__.split(".")[0]) >= 5:
         pytest.skip("transformers 5 precomputes the tower's grid inputs: exported (test_vlm_runtime.py)")
     path = save_tiny_vlm(model_type, tmp_path / "model")
@@ -165,4 +163,16 @@ def test_qwen_vl_on_transformers_4_is_refused_in_one_line(tmp_path, model_type):
     assert str(error.value) == (
         "this vision tower derives its attention bounds and rotary positions from the image grid inside its forward; "
         "transformers >= 5 precomputes them (precompute_export_inputs): upgrade transformers to export it")
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_deepstack_features_are_refused_in_one_line(tmp_path):
+    """Qwen3-VL adds features of the tower's early layers to the hidden states of the decoder's first layers: a
+    decoder run from embeddings would silently give other logits; refused before any export."""
+    path = save_tiny_vlm("qwen3_vl", tmp_path / "model")
+    with pytest.raises(ExportError) as error:
+        export_vlm(path, tmp_path / "onnx", processor=tiny_vlm_processor(path, "qwen3_vl"))
+    assert str(error.value) == (
+        "the language model also takes ['deepstack_visual_embeds', 'visual_pos_masks'] from the images (features added "
+        "inside its layers), which a decoder run from embeddings does not get: this model's export is not supported")
     assert not (tmp_path / "onnx").exists()

@@ -304,6 +304,14 @@ _VLM = {
         tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<|vision_start|>",
                 "vision_end_token": "<|vision_end|>"},
     ),
+    "qwen3_vl": dict(  # Qwen2-VL's patches; deepstack: the tower's layer 0 features added in decoder layer 0
+        vision=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=32, patch_size=8,
+                    spatial_merge_size=2, num_position_embeddings=16, deepstack_visual_indexes=[0]),
+        text=dict(head_dim=8, rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2], "mrope_interleaved": True}),
+        config=dict(image_token_id=4, video_token_id=5, vision_start_token_id=6, vision_end_token_id=7),
+        tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_start_token": "<|vision_start|>",
+                "vision_end_token": "<|vision_end|>"},
+    ),
     "llava_next": dict(  # anyres: a 48x48 image is a 64x64 grid of four 32x32 tiles beside the whole image
         vision=dict(_VISION, model_type="clip_vision_model", projection_dim=32),
         text=dict(model_type="llama"),
@@ -399,18 +407,18 @@ def _tiny_processor(model_type: str, config):
     if model_type == "internvl":  # one 32x32 patch per image
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
         return _internvl_images_processor()(images, tokenizer, image_seq_length=config.image_seq_length)
-    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+    if model_type in _QWEN_VL_PROCESSORS:
         return _qwen_vl_processor(tokenizer, model_type)
     images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     return LlavaProcessor(images, tokenizer, patch_size=8, vision_feature_select_strategy="default",
                           num_additional_image_tokens=1, image_token=tokens["image_token"])
 
 
-_QWEN_VL_PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor"}
+_QWEN_VL_PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
 
 
 def _qwen_vl_processor(tokenizer, model_type: str):
-    """Qwen2-VL's (or Qwen2.5-VL's) processor (images of 32x32 to 64x64 pixels, 8x8 patches merged 2x2) without its
+    """Qwen2-VL's (Qwen2.5-VL's, Qwen3-VL's) processor (images of 32x32 to 64x64 pixels, 8x8 patches merged 2x2) without its
     video processor, which needs torchvision (not installed here): the class check is skipped for that absent part."""
     from unittest import mock
 

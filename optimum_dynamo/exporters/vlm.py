@@ -367,6 +367,23 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
     return calls
 
 
+def check_decoder(decoder: TextDecoder, call: Call, language: Call) -> None:
+    """The decoder run from embeddings gives the model's logits at the prefill, else one line naming what else the
+    language model got from the images (Qwen3-VL's deepstack features, added inside its first layers)."""
+    with torch.no_grad():
+        logits = decoder(**call.kwargs)["logits"][:, -1]
+    diff = float((logits - call.outputs["logits"][:, -1]).abs().max())
+    if diff <= 1e-4:
+        return
+    given = set(inspect.signature(TextDecoder.forward).parameters) | {"cache_position", "use_cache"}
+    extra = sorted(k for k, v in language.kwargs.items() if k not in given and isinstance(v, (torch.Tensor, list, tuple)))
+    if extra:
+        raise ExportError(f"the language model also takes {extra} from the images (features added inside its layers), "
+                          "which a decoder run from embeddings does not get: this model's export is not supported")
+    raise ExportError(f"the decoder run from embeddings gives logits {diff:.3g} away from the model's at the prefill: "
+                      "cannot export the decoder")
+
+
 def load_processor(model_id: str, config, loading: dict):
     """The checkpoint's processor (tokenizer and image processor); refused in one line when it has none: the
     export runs the model on an image and a prompt, which only the processor can make."""
@@ -480,6 +497,7 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     if decoder.uses_token_types:  # the processor's (PaliGemma: 0 on the prefix), else 1 at image tokens (Gemma3)
         token_types = inputs.get("token_type_ids", (inputs["input_ids"] == image_id)).long()
     decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(obs["top"].calls, obs["language"].calls, token_types))
+    check_decoder(decoder, decoder_obs.calls[0], obs["language"].calls[0])
     positions = obs["language"].calls[0].kwargs["position_ids"]  # the prompt is not padded: 0.. or 1.. (PaliGemma)
 
     decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
