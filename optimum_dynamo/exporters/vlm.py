@@ -24,6 +24,7 @@ outputs the model returned for the same steps.
 
 from __future__ import annotations
 
+import copy
 import logging
 import inspect
 import json
@@ -370,8 +371,8 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
 def check_decoder(decoder: TextDecoder, call: Call, language: Call) -> None:
     """The decoder run from embeddings gives the model's logits at the prefill, else one line naming what else the
     language model got from the images (Qwen3-VL's deepstack features, added inside its first layers)."""
-    with torch.no_grad():
-        logits = decoder(**call.kwargs)["logits"][:, -1]
+    with torch.no_grad():  # on a copy: the call's past is a cache the model updates in place
+        logits = decoder(**copy.deepcopy(call.kwargs))["logits"][:, -1]
     diff = float((logits - call.outputs["logits"][:, -1]).abs().max())
     if diff <= 1e-4:
         return
