@@ -115,10 +115,18 @@ def other_image(image):
     return image.resize((image.width * 2, image.height))
 
 
+def image_token(processor) -> str | None:
+    """The processor's image token: its `image_token`, else the token of its `image_token_id` (Idefics)."""
+    token = getattr(processor, "image_token", None)
+    if token is None and isinstance(getattr(processor, "image_token_id", None), int):
+        token = processor.tokenizer.convert_ids_to_tokens(processor.image_token_id)
+    return token
+
+
 def image_placeholder(processor, config=None) -> str:
     """The processor's image placeholder (Gemma3: `boi_token`, LLaVA: `image_token`), between the vision start
     and end tokens where the config has them (Qwen2-VL: transformers 4 finds images by their start token)."""
-    placeholder = getattr(processor, "boi_token", None) or processor.image_token
+    placeholder = getattr(processor, "boi_token", None) or image_token(processor)
     start, end = (getattr(config, f"vision_{edge}_token_id", None) for edge in ("start", "end"))
     if start is not None and end is not None:
         start, end = processor.tokenizer.convert_ids_to_tokens([start, end])
@@ -326,7 +334,8 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
         return {"image_features": (GridImageFeatures.observed(model, processor, obs["vision"].module, inputs,
                                                               obs["language"].calls[0], image_id), None, None)}
     vision, projector = obs["vision"].calls, obs["projector"].calls if "projector" in obs else []
-    if len(vision) == 1 and len(projector) == 1 and isinstance(projector[0].outputs, torch.Tensor):
+    tensors = sum(isinstance(v, torch.Tensor) for v in projector[0].kwargs.values()) if len(projector) == 1 else 0
+    if len(vision) == 1 and tensors == 1 and isinstance(projector[0].outputs, torch.Tensor):  # not Idefics2's masked resampler
         rows = projector[0].outputs.reshape(-1, merged.shape[-1])
         try:
             source, skip = feature_source(vision[0], projector[0])
@@ -467,7 +476,9 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str
         kind = type(getattr(inner.config, "vision_config", None))
         vision = [n for n, m in children.items() if type(getattr(m, "config", None)) is kind]
     if len(language) != 1 or len(vision) != 1:
-        raise ExportError(f"cannot tell the language model and the vision tower among {list(children)}")
+        raise ExportError(f"cannot tell the language model and the vision tower among {list(children)}: the export "
+                          f"takes models whose {type(inner).__name__} holds both, the language model holding the "
+                          "input embeddings (image features replacing image-token rows)")
     parts = dict(language=children[language[0]], vision=children[vision[0]])
     others = [m for n, m in children.items() if n not in language + vision and any(True for _ in m.parameters())]
     if len(others) == 1:
@@ -478,9 +489,13 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str
 def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
     """One greedy `generate` on (`image`, `prompt`) under observation: (plan, layout, new tokens). `plan`:
     component -> (observer, inputs or None, constants or None), as `ObservedOnnxExporter` takes it."""
-    inner = model.model
+    inner = getattr(model, "model", None)
+    if not isinstance(inner, torch.nn.Module):  # BLIP, GIT: images reach the text by cross-attention or as a prefix
+        raise ExportError(f"{type(model).__name__} has no inner model (`.model`) holding a language model and a "
+                          "vision tower: the export takes models whose image features replace image-token rows of "
+                          "the input embeddings")
     prompt = prompt or default_prompt(processor, model.config)
-    placeholders = [t for t in (getattr(processor, "boi_token", None), processor.image_token) if t]
+    placeholders = [t for t in (getattr(processor, "boi_token", None), image_token(processor)) if t]
     if not any(t in prompt for t in placeholders):
         raise ExportError(f"the prompt has no image token: put the processor's image placeholder in it, e.g. {default_prompt(processor)!r}")
     inputs = processor_inputs(model, processor, image or default_image(), prompt)
