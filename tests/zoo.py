@@ -145,18 +145,45 @@ def _shrunk(default, layers_from_overrides: bool, tiny: dict = TINY) -> dict:
 
 
 def _shrunk_sub_config(sub, tiny: dict = TINY) -> dict | None:
-    """A composite model's sub-config (text, vision, audio) shrunk the same way, as the dict its parent's
-    constructor takes (per-layer lists of the default depth left for the constructor to derive); None where
-    its class takes no such dict (dbrx's sub-configs refuse their own serialized keys): left as it is."""
+    """A composite model's sub-config (text, vision, audio) shrunk the same way, its own sub-configs too (PI0's
+    vlm_config, DeepSeek-OCR2's sam_config), as the dict its parent's constructor takes (per-layer lists of the
+    default depth left for the constructor to derive); where its class validates the result, once more made to
+    agree (`_agreeing`); None where its class takes no such dict (dbrx's sub-configs refuse their own
+    serialized keys): left as it is."""
+    from transformers import PretrainedConfig
+
     depth = getattr(sub, "num_hidden_layers", None)
     kept = {k: v for k, v in sub.to_dict().items() if not (isinstance(v, list) and depth and len(v) == depth)}
+    for name in getattr(type(sub), "sub_configs", {}):
+        if isinstance(getattr(sub, name, None), PretrainedConfig):
+            kept[name] = _shrunk_sub_config(getattr(sub, name), tiny) or kept.get(name)
+    kwargs = {**kept, **_shrunk(sub, False, tiny)}
     try:
-        shrunk = type(sub)(**{**kept, **_shrunk(sub, False, tiny)})
+        shrunk = type(sub)(**kwargs)
     except Exception:
-        return None
+        try:
+            shrunk = type(sub)(**_agreeing(kwargs, kept))
+        except Exception:
+            return None
     if hasattr(shrunk, "vocab_size"):
         _small_token_ids(shrunk)
     return shrunk.to_dict()
+
+
+def _agreeing(kwargs: dict, default: dict) -> dict:
+    """Shrunk values made to agree where a config validates them: a list where the default is one (per-expert
+    sizes), as many key/value heads as heads, multimodal rotary sections summing to half a head."""
+    kwargs = dict(kwargs)
+    for key, value in kwargs.items():
+        if isinstance(value, int) and isinstance(default.get(key), list) and default[key]:
+            kwargs[key] = [value] * len(default[key])
+    if "num_key_value_heads" in kwargs and "num_attention_heads" in kwargs:
+        kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]
+    rope, head = kwargs.get("rope_parameters"), kwargs.get("head_dim")
+    if isinstance(rope, dict) and isinstance(rope.get("mrope_section"), list) and isinstance(head, int):
+        sections = len(rope["mrope_section"])
+        kwargs["rope_parameters"] = dict(rope, mrope_section=[head // 2 - (sections - 1)] + [1] * (sections - 1))
+    return kwargs
 
 
 def tiny_config(model_type: str, tiny: dict = TINY):
@@ -419,18 +446,20 @@ def _image_processor(model_type: str, config, extra: dict):
     cls = _class("image", names[0])
     default = cls()
     kwargs = {}
-    for key in ("size", "crop_size"):
-        value = getattr(default, key, None)
-        items = value.items() if hasattr(value, "items") else vars(value).items() if value is not None else ()
-        side = {k: (IMAGE_SIDE * IMAGE_SIDE if v > 2048 else IMAGE_SIDE) for k, v in items
-                if isinstance(v, int) and not isinstance(v, bool) and "pixels" not in k}
+    for key, value in vars(default).items():  # every size (DeepSeek-VL-Hybrid's high_res_size), not a patch size
+        if not key.endswith("size") or isinstance(_config_value(config, key), int):
+            continue
+        side = {k: (IMAGE_SIDE * IMAGE_SIDE if v > 2048 else IMAGE_SIDE) for k, v in _sides(value).items()
+                if "pixels" not in k}
         if side:
             kwargs[key] = side
     for name in ("min_pixels", "max_pixels"):
         if getattr(default, name, None):
             kwargs[name] = IMAGE_SIDE * IMAGE_SIDE
     for name, value in vars(default).items():
-        if isinstance(value, dict) and set(value) == {"height", "width"} and name not in kwargs:  # Fuyu's patch_size
+        if _pixel_pairs(value) and isinstance(_config_value(config, name), list):  # LLaVA-Next's grid pinpoints
+            kwargs[name] = _config_value(config, name)
+        if set(_sides(value)) == {"height", "width"} and name not in kwargs:  # Fuyu's patch_size
             side = _config_value(config, name)
             if isinstance(side, int):
                 kwargs[name] = {"height": side, "width": side}
@@ -446,7 +475,49 @@ def _image_processor(model_type: str, config, extra: dict):
         return cls(**kwargs)
 
 
-def _processor(model_type: str, model):
+def _sides(value) -> dict:
+    """The int entries of a size (a dict or transformers 5's SizeDict)."""
+    items = value.items() if isinstance(value, dict) else vars(value).items() if type(value).__name__ == "SizeDict" else ()
+    return {k: v for k, v in items if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _pixel_pairs(value) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v) for v in value))
+
+
+def _scaled_pixel_pairs(model_type: str, config) -> None:
+    """Lists of (height, width) pixel pairs of the config (LLaVA-Next's image_grid_pinpoints, multiples of the
+    default image size) scaled to the tiny image size: else the processor tiles images for the default size."""
+    from transformers import AutoConfig
+
+    default = _config_value(AutoConfig.for_model(model_type), "image_size")
+    side = _config_value(config, "image_size")
+    if not isinstance(default, int) or not isinstance(side, int) or default == side:
+        return
+    for part in _configs(config):
+        for name, value in list(vars(part).items()):
+            if _pixel_pairs(value) and all(x % default == 0 for pair in value for x in pair):
+                setattr(part, name, [[x * side // default for x in pair] for pair in value])
+
+
+def _within_shrunk_sizes(config) -> None:
+    """Values the shrink does not know, left at the default model's, brought within the shrunk sizes: a head
+    wider than the hidden size (Pixtral's head_dim) becomes hidden / heads; layer indexes past the depth
+    (SAM's global_attn_indexes) are scaled onto it."""
+    for part in _configs(config):
+        hidden, heads, depth, head = (vars(part).get(n) for n in ("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                                                  "head_dim"))
+        if isinstance(head, int) and isinstance(hidden, int) and isinstance(heads, int):
+            if head > hidden:
+                part.head_dim = hidden // heads
+        for name, value in list(vars(part).items()):
+            if (isinstance(depth, int) and name.endswith(("_indexes", "_indices")) and isinstance(value, list) and value
+                    and all(isinstance(i, int) for i in value) and max(value) >= depth):
+                setattr(part, name, sorted({i * depth // (max(value) + 1) for i in value}))
+
+
+def _processor(model_type: str, model, overrides: dict | None = None):
     """The model type's processor class (PROCESSOR_MAPPING_NAMES) over its tiny image processor and the tiny
     tokenizer; the tokenizer gets every special token the processor asks for (its `*_token` arguments' defaults,
     and the tokenizer attributes it reads, found from the AttributeError); arguments named like a config
@@ -468,6 +539,7 @@ def _processor(model_type: str, model):
             if value is not None and param not in ("image_processor", "tokenizer", "chat_template"):
                 kwargs[param] = value
                 break
+    kwargs.update(overrides or {})
     if "num_additional_image_tokens" in params:
         kwargs["num_additional_image_tokens"] = int(any(n.endswith("class_embedding") for n, _ in model.named_parameters()))
     extra = {k: v for k in PROCESSOR_ALIASES if k not in params
@@ -484,7 +556,13 @@ def _processor(model_type: str, model):
         if "image_processor" in params:
             subs["image_processor"] = image_processor
         try:
-            return cls(**subs, **kwargs)
+            processor = cls(**subs, **kwargs)
+            unknown = {k: v for k, v in vars(processor).items() if k.endswith("_token") and isinstance(v, str)
+                       and v not in tokenizer.get_vocab() and v not in tokens.values()}
+            if not unknown:  # else again, with the tokens it sets itself (GOT-OCR2's <imgpad>) special
+                return processor
+            tokens.update(unknown)
+            continue
         except (AttributeError, ValueError) as e:  # a tokenizer attribute it reads: one more special token
             words = [w.strip("'\"`.,").removesuffix("_id") for w in str(e).split()]
             missing = [w for w in words if w.endswith("_token")]
@@ -554,6 +632,28 @@ def _vlm_batch(processor) -> dict:
     raise error
 
 
+def _image_token_count(model, batch: dict, processor) -> dict:
+    """The processor's image token count argument (num_image_tokens, image_seq_length ...) set to the rows per
+    image of the model's `get_image_features` (the default count is the default model's); {} if none (GOT-OCR2
+    takes it when called only, which its saved processor would not repeat)."""
+    import torch
+
+    get = getattr(model, "get_image_features", None) or getattr(getattr(model, "model", None), "get_image_features", None)
+    params = inspect.signature(type(processor).__init__).parameters
+    names = [n for n in ("num_image_tokens", "image_seq_length", "image_seq_len") if n in params]
+    if get is None or not names:
+        return {}
+    try:
+        with torch.no_grad():
+            out = get(**{k: v for k, v in batch.items() if k in inspect.signature(get).parameters})
+    except Exception:
+        return {}
+    rows = getattr(out, "pooler_output", out)
+    rows = torch.cat([r.reshape(-1, r.shape[-1]) for r in rows]) if isinstance(rows, (list, tuple)) else rows
+    count, images = rows.numel() // model.config.get_text_config().hidden_size, len(PROMPTS)
+    return {names[0]: count // images} if isinstance(rows, torch.Tensor) and count % images == 0 else {}
+
+
 def step_build_vlm(model_type: str, directory: Path) -> dict:
     """Child: the tiny model and processor, PyTorch's greedy tokens on a left-padded batch of 2 (one image each)."""
     import torch
@@ -562,6 +662,8 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
     try:
         try:
             config = tiny_config(model_type, TINY_VISION)
+            _scaled_pixel_pairs(model_type, config)
+            _within_shrunk_sizes(config)
         except Exception as e:
             raise Stage("config", _one_line(e)) from e
         try:
@@ -569,25 +671,30 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
             model = AutoModelForImageTextToText.from_config(config).eval()
         except Exception as e:
             raise Stage("config", f"model: {_one_line(e)}") from e
-        try:
-            processor = _processor(model_type, model)
-        except ImportError as e:  # a torchvision-only class
-            raise Stage("processor", _one_line(e)) from e
-        try:
-            batch = _vlm_batch(processor)
-        except Exception as e:
-            raise Stage("processor", f"inputs: {_one_line(e)}") from e
-        _token_ids_from(processor, model.config, batch["input_ids"])
         _draw_zero_weights(model)
         model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-        params = inspect.signature(model.forward).parameters
-        inputs = {k: v for k, v in batch.items() if k in params and k != "labels"}
-        try:
-            with torch.no_grad():
-                tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                        do_sample=False)
-        except Exception as e:
-            raise Stage("pytorch generate", _one_line(e)) from e
+        overrides = {}
+        for attempt in range(2):  # again with the image token count the model's features have
+            try:
+                processor = _processor(model_type, model, overrides)
+            except ImportError as e:  # a torchvision-only class
+                raise Stage("processor", _one_line(e)) from e
+            try:
+                batch = _vlm_batch(processor)
+            except Exception as e:
+                raise Stage("processor", f"inputs: {_one_line(e)}") from e
+            _token_ids_from(processor, model.config, batch["input_ids"])
+            params = inspect.signature(model.forward).parameters
+            inputs = {k: v for k, v in batch.items() if k in params and k != "labels"}
+            try:
+                with torch.no_grad():
+                    tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                            do_sample=False)
+                break
+            except Exception as e:
+                overrides = _image_token_count(model, batch, processor) if attempt == 0 and "tokens" in str(e) else {}
+                if not overrides:
+                    raise Stage("pytorch generate", _one_line(e)) from e
         model.save_pretrained(directory / "checkpoint")
         processor.save_pretrained(directory / "checkpoint")
     except Stage as e:
