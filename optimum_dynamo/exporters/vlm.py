@@ -467,7 +467,7 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str
     def holds_embeddings(m) -> bool:
         try:
             return m.get_input_embeddings() is embeddings
-        except (AttributeError, NotImplementedError):  # 4.57's towers raise NotImplementedError
+        except (AttributeError, NotImplementedError):  # 4.57's towers, Janus' VQ-VAE
             return False
 
     language = [n for n, m in children.items() if holds_embeddings(m)]
