@@ -521,7 +521,7 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     if positions.dim() == 3:  # multimodal rotary positions (Qwen2-VL: a text row, then t, h, w rows)
         join["rope_rows"] = positions.shape[0]
     other = None
-    if "image_sizes" in inputs:  # a second image size, for models whose image graph may take any
+    if image_sizes(inputs["pixel_values"], inputs.get("image_sizes")) == "pixels":  # a second size: the graph takes any
         other = processor_inputs(model, processor, other_image(image or default_image()), prompt)
     plan = {
         **image_components(model, processor, inputs, obs, image_id, join, other),
