@@ -339,3 +339,26 @@ def test_vision_positions_patch_keeps_the_model_s_logits(model_type, tmp_path):
         with patches.applied(chosen):
             got = model(**inputs).logits, embeddings(pixels, mask)
     assert inputs["pixel_values"].shape[1] > 1 and all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_deepstack_scatter_patch_adds_exactly_what_the_model_adds():
+    """Qwen3-VL's boolean-index add of DeepStack rows as a masked scatter into zeros, added: bit-for-bit the same
+    hidden states, whatever the mask (some positions, none, all)."""
+    import transformers
+
+    from optimum_dynamo.patches import transformers_deepstack
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("exercised where Qwen3-VL exports (transformers 5)")
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
+
+    active = [p for p in patches.active_patches() if p.replacement is transformers_deepstack.deepstack_by_scatter
+              and p.target.endswith("Qwen3VLTextModel._deepstack_process")]
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 5, 8)
+    for mask in (torch.rand(2, 5) > 0.5, torch.zeros(2, 5, dtype=torch.bool), torch.ones(2, 5, dtype=torch.bool)):
+        rows = torch.randn(int(mask.sum()), 8)
+        expected = Qwen3VLTextModel._deepstack_process(None, hidden, mask, rows)
+        with patches.applied(active) as swapped:
+            got = Qwen3VLTextModel._deepstack_process(None, hidden, mask, rows)
+        assert len(swapped) == 1 and torch.equal(got, expected)

@@ -149,7 +149,7 @@ def test_the_removed_runner_names_its_replacement():
         optimum_dynamo.VlmRunner
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_qwen_vl_on_transformers_4_is_refused_in_one_line(tmp_path, model_type):
     """4.57's Qwen2-VL (and Qwen2.5-VL: window indices too) tower derives its attention bounds and rotary positions
     from the grid inside forward."""
@@ -166,13 +166,43 @@ def test_qwen_vl_on_transformers_4_is_refused_in_one_line(tmp_path, model_type):
     assert not (tmp_path / "onnx").exists()
 
 
-def test_deepstack_features_are_refused_in_one_line(tmp_path):
-    """Qwen3-VL adds features of the tower's early layers to the hidden states of the decoder's first layers: a
-    decoder run from embeddings would silently give other logits; refused before any export."""
+def test_deepstack_features_leave_the_image_graph_and_enter_the_decoder(vlm_exports):
+    """Qwen3-VL adds features of the tower's early layers to the hidden states of the decoder's first layers at the
+    image positions: the image graph returns them, the decoder takes them placed at every position (batch first)."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("4.57's Qwen3-VL tower derives its inputs from the grid (test_qwen_vl_on_transformers_4_is_refused...)")
+    _, result = vlm_exports("qwen3_vl")
+    assert result.layout["deepstack_layers"] == 1
+    assert result.components["image_features"].output_names == ["output", "deepstack_features"]
+    decoder = result.components["decoder_model"]
+    assert decoder.arguments.input_names[-1] == "deepstack_visual_embeds"
+    assert decoder.arguments.axis_names["deepstack_visual_embeds"][0] == "batch_size"
+    for name, part in result.components.items():
+        assert max(row.max_abs for row in part.discrepancies) < ATOL, name
+
+
+def test_a_decoder_without_deepstack_features_is_refused_in_one_line(tmp_path):
+    """The guard against a decoder that silently gives other logits: run from embeddings only (no DeepStack
+    features), Qwen3-VL's decoder is not the model, and the line names what the language model took besides."""
+    import transformers
+
+    from optimum_dynamo.capture import observe
+    from optimum_dynamo.exporters.vlm import TextDecoder, check_decoder, decoder_calls, default_prompt, inner_parts
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("4.57's Qwen3-VL is refused at its vision tower first")
     path = save_tiny_vlm("qwen3_vl", tmp_path / "model")
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    processor = tiny_vlm_processor(path, "qwen3_vl")
+    inputs = processor_inputs(model, processor, default_image(), default_prompt(processor, model.config))
+    language = inner_parts(model.model, model.get_input_embeddings())["language"]
+    with observe(top=model, language=language) as obs, torch.no_grad():
+        model.generate(**inputs, max_new_tokens=1, do_sample=False)
+    call = decoder_calls(obs["top"].calls, obs["language"].calls, None)[0]
     with pytest.raises(ExportError) as error:
-        export_vlm(path, tmp_path / "onnx", processor=tiny_vlm_processor(path, "qwen3_vl"))
+        check_decoder(TextDecoder(model), call, obs["language"].calls[0])
     assert str(error.value) == (
         "the language model also takes ['deepstack_visual_embeds', 'visual_pos_masks'] from the images (features added "
         "inside its layers), which a decoder run from embeddings does not get: this model's export is not supported")
-    assert not (tmp_path / "onnx").exists()

@@ -25,9 +25,10 @@ outputs the model returned for the same steps.
 from __future__ import annotations
 
 import copy
-import logging
 import inspect
 import json
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ logger = logging.getLogger(__name__)
 
 VLM_FILE = "vlm.json"
 TASK = "image-text-to-text"
-DECODER_INPUTS = ["inputs_embeds", "attention_mask", "position_ids", "past_key_values", "token_type_ids"]
+DECODER_INPUTS = ["inputs_embeds", "attention_mask", "position_ids", "past_key_values", "token_type_ids",
+                  "deepstack_visual_embeds"]
 
 
 class TextDecoder(torch.nn.Module):
@@ -57,12 +59,13 @@ class TextDecoder(torch.nn.Module):
     mask; given, the model's own `create_masks_for_generate` builds masks in which the tokens of one
     image see each other (Gemma3). Positions come from the mask's length (batches without padding)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, language: torch.nn.Module | None = None):
         super().__init__()
         self.model = model
         params = inspect.signature(model.forward).parameters
         self.uses_token_types = "token_type_ids" in params and hasattr(type(model), "create_masks_for_generate")
         self.takes_cache_position = "cache_position" in params
+        self.language = language  # given: the language model takes DeepStack features (Qwen3-VL)
 
     def _masks(self, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids, cache_position):
         make = type(self.model).create_masks_for_generate
@@ -73,7 +76,11 @@ class TextDecoder(torch.nn.Module):
         )
         return make(**{k: v for k, v in values.items() if k in inspect.signature(make).parameters})
 
-    def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids=None):
+    def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids=None,
+                deepstack_visual_embeds=None):
+        if deepstack_visual_embeds is not None:  # (batch, layers, positions, hidden), placed at the image positions
+            with deepstack(self.language, deepstack_visual_embeds.transpose(0, 1)):
+                return self.forward(inputs_embeds, attention_mask, position_ids, past_key_values, token_type_ids)
         if position_ids.dim() == 3:  # multimodal rows (Qwen2-VL) taken batch first: the capture's batch is axis 0
             position_ids = position_ids.transpose(0, 1)
         total, new = attention_mask.shape[1], inputs_embeds.shape[1]
@@ -87,6 +94,31 @@ class TextDecoder(torch.nn.Module):
             past_key_values=past_key_values, use_cache=True, logits_to_keep=1, **extra,
         )
         return {"logits": out.logits, "past_key_values": out.past_key_values}
+
+
+@contextmanager
+def deepstack(language: torch.nn.Module, features: torch.Tensor):
+    """`language` called with DeepStack `features` (layers, batch, positions, hidden) at every position (zeros
+    where the model adds none), whatever its caller passes: the model passes none without pixels."""
+    def inject(module, args, kwargs):
+        mask = torch.ones(features.shape[1:3], dtype=torch.bool, device=features.device)
+        return args, {**kwargs, "visual_pos_masks": mask, "deepstack_visual_embeds": features.flatten(1, 2)}
+
+    handle = language.register_forward_pre_hook(inject, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def dense_deepstack(call: Call, length: int, batch: int, embeds: torch.Tensor) -> torch.Tensor:
+    """A language model call's DeepStack features as the decoder takes them: (batch, layers, positions, hidden),
+    each layer's rows at the image positions, zeros elsewhere and on steps without them."""
+    rows, mask = call.kwargs.get("deepstack_visual_embeds"), call.kwargs.get("visual_pos_masks")
+    dense = embeds.new_zeros(length, batch, embeds.shape[1], embeds.shape[2])
+    if rows is not None:
+        dense[:, mask] = torch.stack(list(rows)).to(embeds.dtype)
+    return dense.transpose(0, 1)
 
 
 @dataclass
@@ -261,7 +293,11 @@ class GridImageFeatures(torch.nn.Module):
                      interp_weights=interp_weights)
         out = self.tower(pixel_values, grid_thw=None, cu_seqlens=cu_seqlens, position_ids=position_ids,
                          **{k: v for k, v in extra.items() if v is not None})
-        return out if isinstance(out, torch.Tensor) else out.pooler_output
+        if isinstance(out, torch.Tensor):
+            return out
+        if getattr(out, "deepstack_features", None):  # Qwen3-VL: early layers' rows too, (layers, rows, hidden)
+            return {"output": out.pooler_output, "deepstack_features": torch.stack(list(out.deepstack_features))}
+        return out.pooler_output
 
     @staticmethod
     def grid_inputs(tower: torch.nn.Module, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -290,10 +326,16 @@ class GridImageFeatures(torch.nn.Module):
             kwargs = {"pixel_values": pixels, **cls.grid_inputs(tower, grid)}
             with torch.no_grad():
                 calls.append(Call(kwargs, wrapper(**kwargs)))
-        rows = calls[0].outputs
-        if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
-            raise ExportError(f"the vision tower gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
-                              "image rows the model merged into its embeddings: cannot export the image component")
+        rows = flat_outputs(calls[0].outputs)
+        if rows["output"].shape != merged.shape or not torch.allclose(rows["output"], merged, atol=1e-5):
+            raise ExportError(f"the vision tower gives {tuple(rows['output'].shape)} rows that are not the "
+                              f"{tuple(merged.shape)} image rows the model merged into its embeddings: cannot export the "
+                              "image component")
+        given = language.kwargs.get("deepstack_visual_embeds")
+        if ("deepstack_features" in rows) != (given is not None) or (given is not None and not torch.allclose(
+                rows["deepstack_features"], torch.stack(list(given)), atol=1e-5)):
+            raise ExportError("the vision tower's DeepStack features are not those the language model got: cannot "
+                              "export the image component")
         return InputObserver(wrapper, "image_features", calls=calls)
 
 
@@ -354,10 +396,12 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
     return {"image_features": (observer, None, None)}
 
 
-def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tensor | None) -> list[Call]:
+def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tensor | None,
+                  deepstack_layers: int = 0) -> list[Call]:
     """`TextDecoder` calls from the language model's calls (embeddings, positions, past) and the
     model's outputs at the same steps. Steps without a mask (transformers 5 drops an all-ones mask)
-    get ones; `token_types` (the prompt's) are extended with zeros over generated tokens."""
+    get ones; `token_types` (the prompt's) are extended with zeros over generated tokens; with
+    `deepstack_layers`, each step gets its DeepStack features placed (`dense_deepstack`)."""
     if len(top) != len(language):
         raise ExportError(f"{len(top)} model calls but {len(language)} language model calls: steps do not pair")
     calls = []
@@ -373,6 +417,8 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
         if token_types is not None:
             grown = torch.nn.functional.pad(token_types, (0, max(0, mask.shape[1] - token_types.shape[1])))
             kwargs["token_type_ids"] = grown[:, : mask.shape[1]]
+        if deepstack_layers:
+            kwargs["deepstack_visual_embeds"] = dense_deepstack(inner, deepstack_layers, embeds.shape[0], embeds)
         calls.append(Call(kwargs, {"logits": step.outputs.logits, "past_key_values": step.outputs.past_key_values}))
     return calls
 
@@ -380,12 +426,16 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
 def check_decoder(decoder: TextDecoder, call: Call, language: Call) -> None:
     """The decoder run from embeddings gives the model's logits at the prefill, else one line naming what else the
     language model got from the images (Qwen3-VL's deepstack features, added inside its first layers)."""
-    with torch.no_grad():  # on a copy: the call's past is a cache the model updates in place
+    from ..patches import applied
+
+    with torch.no_grad(), applied():  # as exported; on a copy: the call's past is a cache the model updates in place
         logits = decoder(**copy.deepcopy(call.kwargs))["logits"][:, -1]
     diff = float((logits - call.outputs["logits"][:, -1]).abs().max())
     if diff <= 1e-4:
         return
-    given = set(inspect.signature(TextDecoder.forward).parameters) | {"cache_position", "use_cache"}
+    given = set(call.kwargs) | {"cache_position", "use_cache"}
+    if "deepstack_visual_embeds" in given:  # placed at every position: the mask is the decoder's own
+        given.add("visual_pos_masks")
     extra = sorted(k for k, v in language.kwargs.items() if k not in given and isinstance(v, (torch.Tensor, list, tuple)))
     if extra:
         raise ExportError(f"the language model also takes {extra} from the images (features added inside its layers), "
@@ -507,19 +557,24 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     if not obs["language"].calls:
         raise ExportError("generate never ran the language model")
 
-    decoder = TextDecoder(model)
+    stacked = obs["language"].calls[0].kwargs.get("deepstack_visual_embeds")  # Qwen3-VL: rows per early layer
+    decoder = TextDecoder(model, obs["language"].module if stacked is not None else None)
     image_id = image_token_id(model.config)
     token_types = None
     if decoder.uses_token_types:  # the processor's (PaliGemma: 0 on the prefix), else 1 at image tokens (Gemma3)
         token_types = inputs.get("token_type_ids", (inputs["input_ids"] == image_id)).long()
-    decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(obs["top"].calls, obs["language"].calls, token_types))
+    decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(
+        obs["top"].calls, obs["language"].calls, token_types, len(stacked) if stacked is not None else 0))
     check_decoder(decoder, decoder_obs.calls[0], obs["language"].calls[0])
     positions = obs["language"].calls[0].kwargs["position_ids"]  # the prompt is not padded: 0.. or 1.. (PaliGemma)
 
-    decoder_inputs = [n for n in DECODER_INPUTS if n != "token_type_ids" or token_types is not None]
+    decoder_inputs = [n for n in DECODER_INPUTS if (n != "token_type_ids" or token_types is not None)
+                      and (n != "deepstack_visual_embeds" or stacked is not None)]
     join: dict[str, Any] = {}
     if positions.dim() == 3:  # multimodal rotary positions (Qwen2-VL: a text row, then t, h, w rows)
         join["rope_rows"] = positions.shape[0]
+    if stacked is not None:
+        join["deepstack_layers"] = len(stacked)
     other = None
     if image_sizes(inputs["pixel_values"], inputs.get("image_sizes")) == "pixels":  # a second size: the graph takes any
         other = processor_inputs(model, processor, other_image(image or default_image()), prompt)

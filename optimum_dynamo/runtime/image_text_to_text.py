@@ -168,15 +168,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
                        image_sizes: torch.Tensor | None = None,
                        pixel_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens."""
-        if "grid_inputs" in self.layout:  # flattened patches: the tower's inputs derived from the grids, any size
-            if image_grid_thw is None:
-                raise ValueError("pixel_values without image_grid_thw: pass the processor's image_grid_thw")
-            from ..exporters.vlm import GridImageFeatures
-
-            tower = self._meta_model().get_submodule(self.layout["vision_module"])
-            feed = {"pixel_values": pixel_values, **GridImageFeatures.grid_inputs(tower, image_grid_thw)}
-            graph = self.components["image_features"]
-            return graph(**{k: v for k, v in feed.items() if k in graph.input_names})["output"]
+        if "grid_inputs" in self.layout:
+            return self._grid_features(pixel_values, image_grid_thw)["output"]
         if self.layout.get("image_sizes"):  # a graph of one image, its size from its pixels or fixed at export
             if image_sizes is None:
                 raise ValueError("this model's image graph needs image_sizes (the processor's) beside pixel_values")
@@ -195,6 +188,18 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         projector = self.components["multi_modal_projector"]
         features = projector(**{projector.first_input: selected})["output"]
         return features.reshape(-1, features.shape[-1])
+
+    def _grid_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Flattened patches: the tower's inputs derived from the grids (any size); the rows, and the DeepStack
+        features (layers, rows, hidden) where the model has them."""
+        if image_grid_thw is None:
+            raise ValueError("pixel_values without image_grid_thw: pass the processor's image_grid_thw")
+        from ..exporters.vlm import GridImageFeatures
+
+        tower = self._meta_model().get_submodule(self.layout["vision_module"])
+        feed = {"pixel_values": pixel_values, **GridImageFeatures.grid_inputs(tower, image_grid_thw)}
+        graph = self.components["image_features"]
+        return graph(**{k: v for k, v in feed.items() if k in graph.input_names})
 
     def _check_size(self, size: list[int]) -> None:
         """An image size the graph takes (whole merged patches, or the size fixed at export), else one line."""
@@ -274,17 +279,36 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
                           **image_inputs: torch.Tensor | None) -> torch.Tensor:
         """The prompt's embeddings, the image tokens' rows replaced by the images' (`image_inputs`: the
         processor's other image tensors the layout needs: `image_grid_thw`, `image_sizes`, `pixel_attention_mask`)."""
+        return self.prompt_inputs(input_ids, pixel_values, **image_inputs)["inputs_embeds"]
+
+    def prompt_inputs(self, input_ids: torch.Tensor, pixel_values: torch.Tensor | None,
+                      **image_inputs: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The decoder's image-dependent inputs at the prefill: `inputs_embeds` (`prompt_embeddings`), and with
+        DeepStack (Qwen3-VL) `deepstack_visual_embeds`, the early layers' rows at the image tokens."""
         embeds = self.embed(input_ids)
         is_image = input_ids == self.layout["image_token_id"]
+        inputs = {"inputs_embeds": embeds}
+        if "deepstack_layers" in self.layout:
+            inputs["deepstack_visual_embeds"] = self._no_deepstack(*input_ids.shape)
         if pixel_values is None:
             if is_image.any():
                 raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but no pixel_values")
-            return embeds
-        rows = self.image_features(pixel_values, **image_inputs)
+            return inputs
+        if "deepstack_layers" in self.layout:
+            out = self._grid_features(pixel_values, image_inputs.get("image_grid_thw"))
+            rows = out["output"]
+            inputs["deepstack_visual_embeds"].transpose(0, 1)[:, is_image] = out["deepstack_features"].to(embeds.dtype)
+        else:
+            rows = self.image_features(pixel_values, **image_inputs)
         if rows.shape[0] != is_image.sum():
             raise ValueError(f"{int(is_image.sum())} image tokens in the prompt but {rows.shape[0]} image features")
         embeds[is_image] = rows.to(embeds.dtype)
-        return embeds
+        return inputs
+
+    def _no_deepstack(self, batch: int, length: int) -> torch.Tensor:
+        """DeepStack features of positions without an image: zeros (batch, layers, positions, hidden)."""
+        hidden = self.config.get_text_config().hidden_size
+        return torch.zeros((batch, self.layout["deepstack_layers"], length, hidden), dtype=self.dtype, device=self.device)
 
     def empty_past(self, batch: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """Zero-length past for the prefill; the other axes are the graph's fixed sizes."""
@@ -313,11 +337,13 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         batch, length = input_ids.shape
         prefill = past_key_values is None
         if prefill:
-            embeds = self.prompt_embeddings(input_ids, pixel_values, image_grid_thw=image_grid_thw,
-                                            image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask)
+            inputs = self.prompt_inputs(input_ids, pixel_values, image_grid_thw=image_grid_thw,
+                                        image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask)
             past_key_values = self.empty_past(batch)
-        else:
-            embeds = self.embed(input_ids)  # decode steps: the image is in the past
+        else:  # decode steps: the image is in the past
+            inputs = {"inputs_embeds": self.embed(input_ids)}
+            if "deepstack_layers" in self.layout:
+                inputs["deepstack_visual_embeds"] = self._no_deepstack(batch, length)
         flat_past = [t for pair in past_key_values for t in pair]
         if attention_mask is None:
             past_length = max(t.shape[-2] for t in flat_past) if flat_past else 0
@@ -329,7 +355,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if "rope_rows" in self.layout:  # 3-D positions (Qwen2-VL)
             position_ids = self.rope_positions(input_ids, attention_mask, position_ids, prefill,
                                                image_grid_thw if pixel_values is not None else None, mm_token_type_ids)
-        feed = {"inputs_embeds": embeds, "attention_mask": attention_mask, "position_ids": position_ids,
+        feed = {**inputs, "attention_mask": attention_mask, "position_ids": position_ids,
                 **dict(zip(self.key_value_input_names, flat_past))}
         if self.uses_token_types:
             feed["token_type_ids"] = self._token_types(input_ids, token_type_ids, prefill, total)
