@@ -97,9 +97,27 @@ def bare_exports(bare_checkpoints, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def vlm_models(tmp_path_factory):
+    """A tiny image-text-to-text checkpoint (with its processor files) exported as users do from Python,
+    `ORTModelForImageTextToText.from_pretrained(checkpoint, export=True, dynamo=True)`, once per session and shared
+    by the VLM test files: vlm_models("llava") -> (checkpoint dir, the runtime model; its `model_save_dir` holds the
+    export)."""
+    from tiny import save_tiny_vlm
+
+    from optimum_dynamo import ORTModelForImageTextToText
+
+    def make(model_type):
+        path = save_tiny_vlm(model_type, tmp_path_factory.mktemp(f"vlm-{model_type}") / "model")
+        return path, ORTModelForImageTextToText.from_pretrained(path, export=True, dynamo=True)
+
+    return memoized(make)
+
+
+@pytest.fixture(scope="session")
 def vlm_exports(tmp_path_factory):
-    """`export_vlm` of a tiny image-text-to-text checkpoint (atol 1e-4), made once per session and shared by the
-    VLM test files: vlm_exports("llava") -> (checkpoint dir, VlmExport)."""
+    """`export_vlm` of a tiny image-text-to-text checkpoint (atol 1e-4) with the processor the tests build, for the
+    families whose processor cannot be loaded here (a video part needing torchvision), once per session and shared
+    by the VLM test files: vlm_exports("qwen2_vl") -> (checkpoint dir, VlmExport)."""
     from tiny import save_tiny_vlm, tiny_vlm_processor
 
     from optimum_dynamo import export_vlm

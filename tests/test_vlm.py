@@ -4,6 +4,7 @@ by onnxruntime on its recorded calls; the graphs, joined by `ORTModelForImageTex
 first logits (within 1e-4) and greedy tokens."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from optimum_dynamo import ORTModelForImageTextToText, export_vlm
 from optimum_dynamo.errors import ExportError
 from optimum_dynamo.exporters.vlm import default_image, processor_inputs
+from optimum_dynamo.manifest import read_manifest
 from tiny import save_tiny_vlm, tiny_vlm_processor
 
 ATOL = 1e-4
@@ -23,10 +25,11 @@ EXPECTED = {"gemma3": ("last_hidden_state", 0, True), "llava": ("hidden_states.1
 
 
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
-def exported(request, vlm_exports):
-    path, result = vlm_exports(request.param)
+def exported(request, vlm_models):
+    """(model type, PyTorch model, processor, the export's directory), exported by `from_pretrained(export=True, dynamo=True)`."""
+    path, ort = vlm_models(request.param)
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
-    return request.param, model, AutoProcessor.from_pretrained(path), result
+    return request.param, model, AutoProcessor.from_pretrained(path), Path(ort.model_save_dir)
 
 
 def _prompt(processor, words="the quick {} brown fox"):
@@ -34,45 +37,45 @@ def _prompt(processor, words="the quick {} brown fox"):
 
 
 def test_each_component_matches_pytorch_on_its_captured_calls(exported):
-    model_type, _, _, result = exported
-    calls = {name: len(ctx.observer.calls) for name, ctx in result.components.items()}
+    model_type, _, _, directory = exported
+    records = read_manifest(directory)["components"]
+    calls = {name: record["calls_recorded"] for name, record in records.items()}
     assert calls == {"vision_encoder": 1, "multi_modal_projector": 1, "embed_tokens": 4, "decoder_model": 4}
-    for name, ctx in result.components.items():
-        assert ctx.discrepancies, name
-        assert {row.output for row in ctx.discrepancies} == set(ctx.output_names), name
-        assert all(row.calls == calls[name] for row in ctx.discrepancies), name
-        worst = max(ctx.discrepancies, key=lambda row: row.max_abs)
-        assert worst.max_abs < ATOL, f"{model_type} {name}: {worst}"
+    for name, record in records.items():
+        assert {row["output"] for row in record["discrepancies"]} == set(record["outputs"]), name
+        assert all(row["calls"] == calls[name] for row in record["discrepancies"]), name
+        worst = max(record["discrepancies"], key=lambda row: row["max_abs"])
+        assert worst["max_abs"] < ATOL, f"{model_type} {name}: {worst}"
 
 
 def test_layout_names_and_files(exported):
-    model_type, model, processor, result = exported
+    model_type, model, processor, directory = exported
     source, skip, token_types = EXPECTED[model_type]
-    layout = json.loads((result.output / "vlm.json").read_text())
-    assert layout == result.layout
+    layout = json.loads((directory / "vlm.json").read_text())
     assert (layout["vision_output"], layout["vision_skip"], layout["token_type_ids"]) == (source, skip, token_types)
     assert layout["image_token_id"] == 4
-    decoder = result.components["decoder_model"]
-    assert decoder.arguments.input_names == ["inputs_embeds", "attention_mask", "position_ids", *PAST] + (
+    records = read_manifest(directory)["components"]
+    decoder = records["decoder_model"]
+    assert decoder["inputs"] == ["inputs_embeds", "attention_mask", "position_ids", *PAST] + (
         ["token_type_ids"] if token_types else []
     )
-    assert decoder.output_names == ["logits", *[n.replace("past_key_values", "present") for n in PAST]]
-    assert decoder.arguments.axis_names["token_type_ids" if token_types else "attention_mask"][1] == (
+    assert decoder["outputs"] == ["logits", *[n.replace("past_key_values", "present") for n in PAST]]
+    assert decoder["dynamic_axes"]["token_type_ids" if token_types else "attention_mask"]["1"] == (
         "past_sequence_length + sequence_length"
     )
-    assert result.components["vision_encoder"].arguments.input_names == ["pixel_values"]
+    assert records["vision_encoder"]["inputs"] == ["pixel_values"]
     for name in layout["components"]:
-        assert (result.output / name / "model.onnx").is_file()
-    saved = AutoProcessor.from_pretrained(result.output)  # the processor and config travel with the graphs
+        assert (directory / name / "model.onnx").is_file()
+    saved = AutoProcessor.from_pretrained(directory)  # the processor and config travel with the graphs
     assert type(saved) is type(processor) and saved.image_token == processor.image_token
-    assert type(model.config).from_pretrained(result.output).image_token_index == 4
+    assert type(model.config).from_pretrained(directory).image_token_index == 4
 
 
 @pytest.mark.parametrize("seed, words", [(1, "the quick {} brown fox"), (2, "hello world {} from the lazy dog")])
 def test_graphs_give_pytorch_s_first_logits_and_greedy_tokens(exported, seed, words):
-    _, model, processor, result = exported
+    _, model, processor, directory = exported
     inputs = processor_inputs(model, processor, default_image(seed=seed), _prompt(processor, words))
-    ort = ORTModelForImageTextToText.from_pretrained(result.output)
+    ort = ORTModelForImageTextToText.from_pretrained(directory)
     with torch.no_grad():
         expected = model.generate(**inputs, **GREEDY)
         assert (ort(**inputs).logits[0, -1] - model(**inputs).logits[0, -1]).abs().max() < ATOL
@@ -80,8 +83,8 @@ def test_graphs_give_pytorch_s_first_logits_and_greedy_tokens(exported, seed, wo
 
 
 def test_the_image_changes_the_first_logits(exported):
-    _, model, processor, result = exported
-    ort = ORTModelForImageTextToText.from_pretrained(result.output)
+    _, model, processor, directory = exported
+    ort = ORTModelForImageTextToText.from_pretrained(directory)
     with torch.no_grad():
         firsts = [ort(**processor_inputs(model, processor, default_image(seed=seed), _prompt(processor))).logits[0, -1]
                   for seed in (3, 4)]
@@ -90,10 +93,10 @@ def test_the_image_changes_the_first_logits(exported):
 
 def test_gemma3_image_tokens_attend_to_each_other(exported):
     """Without token types (a causal mask over the image) the prompt's presents differ from PyTorch's."""
-    model_type, model, processor, result = exported
+    model_type, model, processor, directory = exported
     if model_type != "gemma3":
         pytest.skip("only Gemma3 attends bidirectionally within an image")
-    ort = ORTModelForImageTextToText.from_pretrained(result.output)
+    ort = ORTModelForImageTextToText.from_pretrained(directory)
     inputs = processor_inputs(model, processor, default_image(seed=5), _prompt(processor))
     ids = inputs["input_ids"]
     feed = {"inputs_embeds": ort.prompt_embeddings(ids, inputs["pixel_values"]), "attention_mask": torch.ones_like(ids),
