@@ -35,7 +35,7 @@ env-t5: .venv-t5/.done
 	touch $@
 
 # T4main for development: T4 with optimum-onnx main over 0.1.0, the package editable (`make test-t4main` runs the
-# whole suite there, on demand; CI runs the smoke set in a fresh T4main venv, smoke-t4main below).
+# whole suite there, on demand; CI runs the smoke set in T4main: smoke-t4main below).
 ifeq ($(OPTIMUM_ONNX_MAIN),)
 env-t4main test-t4main:
 	@echo "$@: skipped: ../shared/vendor/optimum-onnx-main-*.tar.gz not found (optimum-onnx main snapshot)"
@@ -71,7 +71,7 @@ wheel: env-t4
 
 # $(call smoke,NAME,REQUIREMENTS,WHEEL,ONNX): a fresh .venv-smoke-NAME with REQUIREMENTS (without the executorch
 # extra), the wheel as WHEEL says (T4: with its optimum-onnx extra, then `pip check`), the optimum-onnx ONNX
-# installed --no-deps over whatever is there (transformers 5, main's snapshot), then the smoke set.
+# installed --no-deps over whatever is there (transformers 5), then the smoke set.
 define smoke
 	rm -rf .venv-smoke-$(1) && $(PYTHON) -m venv .venv-smoke-$(1)
 	grep -v -E '^(executorch|accelerate)' $(2) > .venv-smoke-$(1)/requirements.txt
@@ -79,8 +79,20 @@ define smoke
 	.venv-smoke-$(1)/bin/pip install -q $(3)
 	$(if $(findstring optimum-onnx,$(3)),.venv-smoke-$(1)/bin/pip check)
 	$(if $(4),.venv-smoke-$(1)/bin/pip install -q --no-deps --force-reinstall $(4))
-	cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-$(1)/bin/python -m pytest $(SMOKE_ARGS) .
+	$(call smoke_run,$(1))
 endef
+
+# $(call smoke_main,NAME): T4main, T5main: the same environment with optimum-onnx's unreleased main branch installed
+# over its optimum-onnx (--no-deps: its metadata asks for optimum from git and transformers < 4.58), the smoke set
+# again; then the environment is removed (CI's disk). Without the snapshot: one line.
+define smoke_main
+	$(if $(OPTIMUM_ONNX_MAIN),.venv-smoke-$(1)/bin/pip install -q --no-deps --force-reinstall "$(OPTIMUM_ONNX_MAIN)",\
+	  @echo "$(1)main: skipped: ../shared/vendor/optimum-onnx-main-*.tar.gz not found (optimum-onnx main snapshot)")
+	$(if $(OPTIMUM_ONNX_MAIN),$(call smoke_run,$(1)))
+	$(if $(CI),rm -rf .venv-smoke-$(1))
+endef
+
+smoke_run = cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-$(1)/bin/python -m pytest $(SMOKE_ARGS) .
 
 smoke-t4: wheel
 	$(call smoke,t4,.ci/t4.txt,"$$(ls dist/*.whl)[optimum-onnx]",)
@@ -88,21 +100,13 @@ smoke-t4: wheel
 smoke-t5: wheel
 	$(call smoke,t5,.ci/t5.txt,dist/*.whl,optimum-onnx==0.1.0)
 
-# T4main, T5main: the T4 and T5 smoke environments with optimum-onnx's unreleased main branch (--no-deps: its
-# metadata asks for optimum from git and transformers < 4.58); T4main installs it over 0.1.0.
+smoke-t4main: smoke-t4
+	$(call smoke_main,t4)
 
-ifeq ($(OPTIMUM_ONNX_MAIN),)
-smoke-t4main smoke-t5main:
-	@echo "$@: skipped: ../shared/vendor/optimum-onnx-main-*.tar.gz not found (optimum-onnx main snapshot)"
-else
-smoke-t4main: wheel
-	$(call smoke,t4main,.ci/t4.txt,"$$(ls dist/*.whl)[optimum-onnx]","$(OPTIMUM_ONNX_MAIN)")
+smoke-t5main: smoke-t5
+	$(call smoke_main,t5)
 
-smoke-t5main: wheel
-	$(call smoke,t5main,.ci/t5.txt,dist/*.whl,"$(OPTIMUM_ONNX_MAIN)")
-endif
-
-smoke: smoke-t4 smoke-t5 smoke-t4main smoke-t5main
+smoke: smoke-t4main smoke-t5main
 
 # The environments are independent: built, tested and smoke-tested two at a time (2 cores; a suite is mostly one
 # busy Python process plus its children). --output-sync prints each target's output whole when it ends.
@@ -152,4 +156,4 @@ docs:
 	.venv-docs/bin/mkdocs build --strict
 
 clean:
-	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-genai .venv-t4main .venv-smoke-t4 .venv-smoke-t5 .venv-smoke-t4main .venv-smoke-t5main .venv-docs build dist *.egg-info
+	rm -rf .venv-t3 .venv-t4 .venv-t5 .venv-genai .venv-t4main .venv-smoke-t4 .venv-smoke-t5 .venv-docs build dist *.egg-info
