@@ -30,7 +30,6 @@ from typing import Any
 import torch
 from huggingface_hub.constants import HUGGINGFACE_HUB_CACHE
 from onnxruntime import InferenceSession
-from optimum.modeling_base import OptimizedModel
 from optimum.onnxruntime.base import ORTParentMixin, ORTSessionMixin
 from optimum.onnxruntime.modeling import ORTModel
 from optimum.onnxruntime.utils import prepare_providers_and_provider_options
@@ -194,7 +193,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         features (layers, rows, hidden) where the model has them."""
         if image_grid_thw is None:
             raise ValueError("pixel_values without image_grid_thw: pass the processor's image_grid_thw")
-        from ..exporters.vlm import GridImageFeatures
+        from ..exporters.image_features import GridImageFeatures
 
         tower = self._meta_model().get_submodule(self.layout["vision_module"])
         feed = {"pixel_values": pixel_values, **GridImageFeatures.grid_inputs(tower, image_grid_thw)}
