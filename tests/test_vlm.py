@@ -200,7 +200,7 @@ def test_a_decoder_without_deepstack_features_is_refused_in_one_line(tmp_path):
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
     processor = tiny_vlm_processor(path, "qwen3_vl")
     inputs = processor_inputs(model, processor, default_image(), default_prompt(processor, model.config))
-    language = inner_parts(model.model, model.get_input_embeddings())["language"]
+    language = model.model.get_submodule(inner_parts(model.model, model.get_input_embeddings())["language"])
     with observe(top=model, language=language) as obs, torch.no_grad():
         model.generate(**inputs, max_new_tokens=1, do_sample=False)
     call = decoder_calls(obs["top"].calls, obs["language"].calls, None)[0]

@@ -620,7 +620,8 @@ def _vlm_batch(processor) -> dict:
                    or getattr(getattr(processor, "tokenizer", None), "image_token", None))
     placeholder = f"{placeholder} " if isinstance(placeholder, str) else ""
     texts = [f"{placeholder}{prompt}" for prompt in PROMPTS]
-    images = [default_image(IMAGE_SIDE, seed=1), default_image(IMAGE_SIDE, seed=2)]
+    # at the size the export observes (default_image's): a graph fixed to it (LLaVA-Next's tiles) takes only that one
+    images = [default_image(seed=1), default_image(seed=2)]
     if hasattr(processor, "tokenizer"):
         processor.tokenizer.padding_side = "left"
     for text in (texts, PROMPTS):  # without the placeholder where the processor puts the image tokens itself

@@ -277,11 +277,13 @@ def _load(model_or_dir, processor):
     return model_or_dir.eval(), processor
 
 
-def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str, torch.nn.Module]:
+def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set[str] | None = None) -> dict[str, str]:
     """The inner model's children by what they do, not their names (`language_model` / `text_model`,
     `vision_tower` / `vision_model`, `multi_modal_projector` / `connector`): the language model holds the
-    input embeddings, the vision tower takes `pixel_values`, the projector is the one other child with weights."""
-    children = dict(inner.named_children())
+    input embeddings, the vision tower takes `pixel_values`, the projector is the one other child with weights.
+    `called`: the children a `generate` with an image ran (Janus' image-generation parts take no part). Returns
+    role -> child name."""
+    children = {n: m for n, m in inner.named_children() if called is None or n in called}
 
     def holds_embeddings(m) -> bool:
         try:
@@ -295,14 +297,25 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module) -> dict[str
         kind = type(getattr(inner.config, "vision_config", None))
         vision = [n for n, m in children.items() if type(getattr(m, "config", None)) is kind]
     if len(language) != 1 or len(vision) != 1:
-        raise ExportError(f"cannot tell the language model and the vision tower among {list(children)}: the export "
-                          f"takes models whose {type(inner).__name__} holds both, the language model holding the "
-                          "input embeddings (image features replacing image-token rows)")
-    parts = dict(language=children[language[0]], vision=children[vision[0]])
-    others = [m for n, m in children.items() if n not in language + vision and any(True for _ in m.parameters())]
+        raise ExportError(f"cannot tell the language model and the vision tower among {list(dict(inner.named_children()))}: "
+                          f"the export takes models whose {type(inner).__name__} holds both, the language model holding "
+                          "the input embeddings (image features replacing image-token rows)")
+    parts = dict(language=language[0], vision=vision[0])
+    others = [n for n, m in children.items() if n not in language + vision and any(True for _ in m.parameters())]
     if len(others) == 1:
         parts["projector"] = others[0]
     return parts
+
+
+def observed_parts(model, inputs: dict, max_new_tokens: int) -> tuple[dict, torch.Tensor]:
+    """A greedy `generate` with every child of the inner model observed: (observers by role — `top`, `embed`,
+    `language`, `vision`, `projector` where there is one —, the tokens). Roles go to the children it ran."""
+    inner, embeddings = model.model, model.get_input_embeddings()
+    children = {n: m for n, m in inner.named_children() if m is not embeddings and any(True for _ in m.parameters())}
+    with observe(top=model, embed=embeddings, **{f"child:{n}": m for n, m in children.items()}) as obs, torch.no_grad():
+        tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+    parts = inner_parts(inner, embeddings, {n for n in children if obs[f"child:{n}"].calls})
+    return {"top": obs["top"], "embed": obs["embed"], **{role: obs[f"child:{n}"] for role, n in parts.items()}}, tokens
 
 
 def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
@@ -318,9 +331,7 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
     if not any(t in prompt for t in placeholders):
         raise ExportError(f"the prompt has no image token: put the processor's image placeholder in it, e.g. {default_prompt(processor)!r}")
     inputs = processor_inputs(model, processor, image or default_image(), prompt)
-    modules = dict(top=model, **inner_parts(inner, model.get_input_embeddings()), embed=model.get_input_embeddings())
-    with observe(**modules) as obs, torch.no_grad():
-        tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+    obs, tokens = observed_parts(model, inputs, max_new_tokens)
     for name, observer in obs.items():
         logger.info("    %s", observer.summary())
     if not obs["language"].calls:
