@@ -39,8 +39,8 @@ from ..capture import Call, InputObserver, observe
 from ..errors import ExportError, describe
 from ..options import ExportOptions
 from .base import ExportContext, _load_model, _tasks_auto_class
-from .image_features import default_image, image_components, image_sizes, other_image
 from .component import Component
+from .image_features import default_image, image_components, image_sizes, other_image
 from .observed import ObservedOnnxExporter
 
 logger = logging.getLogger(__name__)
