@@ -341,6 +341,34 @@ def test_vision_positions_patch_keeps_the_model_s_logits(model_type, tmp_path):
     assert inputs["pixel_values"].shape[1] > 1 and all(torch.equal(a, b) for a, b in zip(got, expected))
 
 
+def test_idefics2_tower_patches_keep_its_output():
+    """transformers 4's Idefics2 vision tower with its patch positions computed for all images at once and its patch
+    mask always passed: the same rows for whole images (where 4.57 drops the mask) and for images padded at the
+    bottom or the right."""
+    from transformers import Idefics2Config
+    from transformers.models.idefics2 import modeling_idefics2
+
+    from optimum_dynamo.patches import transformers_vision_mask, transformers_vision_positions
+
+    chosen = [p for p in patches.active_patches() if ".idefics2." in p.target and p.replacement.__module__ in
+              (transformers_vision_mask.__name__, transformers_vision_positions.__name__)]
+    if not chosen:
+        pytest.skip("transformers 5's Idefics2 tower has neither the loop over images nor the branch on the mask")
+    torch.manual_seed(0)
+    config = Idefics2Config(vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64,
+                                               num_hidden_layers=2, num_attention_heads=4)).vision_config
+    tower = modeling_idefics2.Idefics2VisionTransformer(config).eval()
+    pixels, padded = torch.randn(3, 3, 32, 32), torch.ones(3, 4, 4, dtype=torch.bool)
+    padded[1, 3:], padded[2, :, 1:] = False, False
+    with torch.no_grad():
+        expected = [tower(pixels).last_hidden_state, tower(pixels, patch_attention_mask=padded).last_hidden_state]
+        with patches.applied(chosen) as swapped:
+            got = [tower(pixels).last_hidden_state, tower(pixels, patch_attention_mask=padded).last_hidden_state]
+    assert len(swapped) == 2
+    for a, b in zip(got, expected):
+        assert (a - b).abs().max().item() < 1e-6
+
+
 def test_deepstack_scatter_patch_adds_exactly_what_the_model_adds():
     """Qwen3-VL's boolean-index add of DeepStack rows as a masked scatter into zeros, added: bit-for-bit the same
     hidden states, whatever the mask (some positions, none, all)."""

@@ -16,16 +16,30 @@ SUBSET = {
     ("causal", "afmoe"): "dynamo",  # transformers 5: its init zeroes the router (ties): the zoo draws it (zoo._draw_zero_linears)
     # per-layer router tuples among the encoder's outputs; transformers 5 passes use_cache on to its encoder
     ("seq2seq", "switch_transformers"): "dynamo",
+    # image-text-to-text ("pass": greedy tokens of ORTModelForImageTextToText = PyTorch's on a left-padded batch of 2)
+    ("vlm", "idefics2"): "pass",  # a resampler taking a mask of ones (Projector); 4.57: patch positions and mask patched
+    ("vlm", "deepseek_vl_hybrid"): "pass",  # two towers on the image: get_image_features with high_res_pixel_values
+}
+SLOW = {
     ("seq2seq", "nllb-moe"): "dynamo",  # transformers 5 reads `router_logits` from the encoder's own output class
 }
+# rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
+NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
 
 
-@pytest.mark.parametrize("kind, model_type, outcome", [(*key, outcome) for key, outcome in SUBSET.items()])
+@pytest.mark.parametrize("kind, model_type, outcome", [
+    *[(*key, outcome) for key, outcome in SUBSET.items()],
+    *[pytest.param(*key, outcome, marks=pytest.mark.slow) for key, outcome in SLOW.items()],
+])
 def test_zoo_subset(kind, model_type, outcome, tmp_path):
+    import transformers
+
     if model_type not in zoo.population(kind):
         pytest.skip(f"{model_type} is not in this transformers' {kind} mapping")
+    if model_type in NOT_VIABLE_ON_4 and transformers.__version__ < "5":
+        pytest.skip(f"PyTorch's generate fails on the tiny {model_type} with transformers {transformers.__version__}")
     row = zoo.run_one(model_type, tmp_path, kind)
-    assert row["viable"] and row["outcome"] == outcome, row
+    assert row["viable"] and row.get("outcome", row.get("status")) == outcome, row
 
 
 def test_zero_linears_are_drawn():

@@ -504,7 +504,7 @@ def _scaled_pixel_pairs(model_type: str, config) -> None:
 def _within_shrunk_sizes(config) -> None:
     """Values the shrink does not know, left at the default model's, brought within the shrunk sizes: a head
     wider than the hidden size (Pixtral's head_dim) becomes hidden / heads; layer indexes past the depth
-    (SAM's global_attn_indexes) are scaled onto it."""
+    (SAM's global_attn_indexes) are scaled onto it, vision feature layers past the tower's clamped to it."""
     for part in _configs(config):
         hidden, heads, depth, head = (vars(part).get(n) for n in ("hidden_size", "num_attention_heads", "num_hidden_layers",
                                                                   "head_dim"))
@@ -515,6 +515,10 @@ def _within_shrunk_sizes(config) -> None:
             if (isinstance(depth, int) and name.endswith(("_indexes", "_indices")) and isinstance(value, list) and value
                     and all(isinstance(i, int) for i in value) and max(value) >= depth):
                 setattr(part, name, sorted({i * depth // (max(value) + 1) for i in value}))
+    depth = getattr(getattr(config, "vision_config", None), "num_hidden_layers", None)
+    layers = getattr(config, "vision_feature_layer", None)  # VipLLaVA's list of tower layers, past a shrunk tower
+    if isinstance(depth, int) and isinstance(layers, (list, tuple)) and any(not -depth - 1 <= i <= depth for i in layers):
+        config.vision_feature_layer = [min(max(i, -depth - 1), depth) for i in layers]  # as many: the projector's width
 
 
 def _processor(model_type: str, model, overrides: dict | None = None):
@@ -539,9 +543,9 @@ def _processor(model_type: str, model, overrides: dict | None = None):
             if value is not None and param not in ("image_processor", "tokenizer", "chat_template"):
                 kwargs[param] = value
                 break
-    kwargs.update(overrides or {})
     if "num_additional_image_tokens" in params:
         kwargs["num_additional_image_tokens"] = int(any(n.endswith("class_embedding") for n, _ in model.named_parameters()))
+    kwargs.update(overrides or {})
     extra = {k: v for k in PROCESSOR_ALIASES if k not in params
              for v in [next(filter(None, map(partial(_config_value, config), PROCESSOR_ALIASES[k])), None)] if v}
     image_processor = _image_processor(model_type, config, extra) if "image_processor" in params else None
@@ -634,14 +638,16 @@ def _vlm_batch(processor) -> dict:
 
 
 def _image_token_count(model, batch: dict, processor) -> dict:
-    """The processor's image token count argument (num_image_tokens, image_seq_length ...) set to the rows per
-    image of the model's `get_image_features` (the default count is the default model's); {} if none (GOT-OCR2
+    """The processor's image token count argument (num_image_tokens, image_seq_length ..., LLaVA's count of tokens
+    beside the patches) set to the rows per image of the model's `get_image_features` (the default count is the
+    default model's); {} if none (GOT-OCR2
     takes it when called only, which its saved processor would not repeat)."""
     import torch
 
     get = getattr(model, "get_image_features", None) or getattr(getattr(model, "model", None), "get_image_features", None)
     params = inspect.signature(type(processor).__init__).parameters
-    names = [n for n in ("num_image_tokens", "image_seq_length", "image_seq_len") if n in params]
+    names = [n for n in ("num_image_tokens", "image_seq_length", "image_seq_len", "num_additional_image_tokens")
+             if n in params]
     if get is None or not names:
         return {}
     try:
@@ -652,7 +658,13 @@ def _image_token_count(model, batch: dict, processor) -> dict:
     rows = getattr(out, "pooler_output", out)
     rows = torch.cat([r.reshape(-1, r.shape[-1]) for r in rows]) if isinstance(rows, (list, tuple)) else rows
     count, images = rows.numel() // model.config.get_text_config().hidden_size, len(PROMPTS)
-    return {names[0]: count // images} if isinstance(rows, torch.Tensor) and count % images == 0 else {}
+    if not isinstance(rows, torch.Tensor) or count % images:
+        return {}
+    if names[0] == "num_additional_image_tokens":  # LLaVA's processor counts patches: the tokens past them (VipLLaVA: none)
+        image_id = getattr(model.config, "image_token_id", None) or getattr(model.config, "image_token_index", None)
+        extra = processor.num_additional_image_tokens - int((batch["input_ids"] == image_id).sum() - count) // images
+        return {names[0]: extra} if extra >= 0 else {}
+    return {names[0]: count // images}
 
 
 def step_build_vlm(model_type: str, directory: Path) -> dict:

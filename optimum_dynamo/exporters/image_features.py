@@ -76,6 +76,38 @@ class VisionEncoder(torch.nn.Module):
         return InputObserver(wrapper, "vision_encoder", calls=calls)
 
 
+class Projector(torch.nn.Module):
+    """The projector called with the tower's features only: every other tensor it was given was a mask of ones
+    over the features' leading axes (Idefics2's resampler mask for whole images), rebuilt here as ones."""
+
+    def __init__(self, projector: torch.nn.Module, features: str, ones: dict[str, tuple[int, torch.dtype]]):
+        super().__init__()
+        self.projector, self.features, self.ones = projector, features, ones
+
+    def forward(self, features):
+        masks = {k: torch.ones(features.shape[:dims], dtype=dtype) for k, (dims, dtype) in self.ones.items()}
+        return self.projector(**{self.features: features}, **masks)
+
+    @classmethod
+    def observed(cls, observer: InputObserver) -> InputObserver | None:
+        """The projector's calls as calls of this wrapper; None when a tensor besides the features is not such a
+        mask (then the model's `get_image_features` is the one image graph)."""
+        call = observer.calls[0]
+        tensors = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor)}
+        features = next(iter(tensors))
+        ones = {}
+        for name, value in list(tensors.items())[1:]:
+            if value.shape != tensors[features].shape[:value.dim()] or not bool((value == 1).all()):
+                return None
+            ones[name] = (value.dim(), value.dtype)
+        if len(call.kwargs) != len(tensors):
+            return None
+        if not ones:  # the projector's own graph (LLaVA, Gemma3)
+            return observer
+        return InputObserver(cls(observer.module, features, ones), observer.name,
+                             calls=[Call({"features": tensors[features]}, call.outputs)])
+
+
 def _same_outputs(got, recorded) -> bool:
     got, recorded = flat_outputs(got), flat_outputs(recorded)
     return got.keys() == recorded.keys() and all(torch.allclose(got[k], recorded[k], atol=1e-6) for k in got)
@@ -96,8 +128,8 @@ class ImageFeatures(torch.nn.Module):
         if image_sizes == "pixels":  # sides in whole (merged) patches, as the processor makes them
             self.multiple = model.config.vision_config.patch_size * getattr(model.config, "spatial_merge_size", 1)
 
-    def forward(self, pixel_values):
-        extra = {}
+    def forward(self, pixel_values, **pixels):
+        extra = dict(pixels)  # the model's other pixel tensors (DeepSeek-VL-Hybrid's high_res_pixel_values)
         if self.image_sizes == "pixels":
             for side in pixel_values.shape[-2:]:  # whole merged patches: the model's slices and splits then agree
                 torch._check(side % self.multiple == 0)
@@ -119,14 +151,15 @@ class ImageFeatures(torch.nn.Module):
         With sizes from the pixels, `other` (the processor's output for an image of another size) adds a
         second call, so the image's height and width are dynamic."""
         pixels = inputs["pixel_values"]
-        wrapper = cls(model.model, image_sizes(pixels, inputs.get("image_sizes")))
+        given = {"pixel_values": pixels, **other_pixels(model.model.get_image_features, inputs)}
+        wrapper = _taking(cls, list(given))(model.model, image_sizes(pixels, inputs.get("image_sizes")))
         merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
         with torch.no_grad():
-            rows = wrapper(pixels)
+            rows = wrapper(**given)
         if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
             raise ExportError(f"get_image_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
                               "image rows the model merged into its embeddings: cannot export the image component")
-        calls = [Call({"pixel_values": pixels}, merged)]
+        calls = [Call(given, merged)]
         if wrapper.image_sizes == "pixels" and other is not None:
             with torch.no_grad():
                 calls.append(Call({"pixel_values": other["pixel_values"]}, wrapper(other["pixel_values"])))
@@ -195,6 +228,27 @@ class GridImageFeatures(torch.nn.Module):
         return InputObserver(wrapper, "image_features", calls=calls)
 
 
+def _taking(cls, names: list[str]):
+    """`cls` whose forward declares `names` (torch.export matches inputs and dynamic shapes to the signature; the
+    extra pixels arrive through `**pixels`)."""
+    if len(names) == 1:
+        return cls
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    signature = inspect.Signature([inspect.Parameter(n, keyword) for n in ["self", *names]])
+
+    def forward(self, pixel_values, **pixels):
+        return cls.forward(self, pixel_values, **pixels)
+
+    forward.__signature__ = signature
+    return type(cls.__name__, (cls,), {"forward": forward})
+
+
+def other_pixels(get_image_features, inputs: dict) -> dict[str, torch.Tensor]:
+    """The processor's pixel tensors besides `pixel_values` that `get_image_features` takes (`*pixel_values`)."""
+    names = inspect.signature(get_image_features).parameters
+    return {k: v for k, v in inputs.items() if k != "pixel_values" and k.endswith("pixel_values") and k in names}
+
+
 def image_sizes(pixels: torch.Tensor, sizes: torch.Tensor | None) -> str | list | None:
     """How the image graph gets the `image_sizes` the model takes: None (it takes none), "pixels" (one image
     whose size is its pixels': the size is a dynamic axis) or the observed sizes, fixed at export."""
@@ -231,9 +285,10 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
         layout["vision_module"] = next(n for n, m in model.named_modules() if m is obs["vision"].module)
         return {"image_features": (GridImageFeatures.observed(model, processor, obs["vision"].module, inputs,
                                                               obs["language"].calls[0], image_id), None, None)}
-    vision, projector = obs["vision"].calls, obs["projector"].calls if "projector" in obs else []
-    tensors = sum(isinstance(v, torch.Tensor) for v in projector[0].kwargs.values()) if len(projector) == 1 else 0
-    if len(vision) == 1 and tensors == 1 and isinstance(projector[0].outputs, torch.Tensor):  # not Idefics2's masked resampler
+    vision = obs["vision"].calls if "vision" in obs else []
+    projector = obs["projector"].calls if "projector" in obs else []
+    projected = Projector.observed(obs["projector"]) if len(projector) == 1 else None
+    if len(vision) == 1 and projected is not None and isinstance(projector[0].outputs, torch.Tensor):
         rows = projector[0].outputs.reshape(-1, merged.shape[-1])
         try:
             source, skip = feature_source(vision[0], projector[0])
@@ -243,8 +298,11 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
             layout.update(vision_output=source, vision_skip=skip,
                           **padded_images(inputs["pixel_values"], vision[0].kwargs["pixel_values"]))
             return {"vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
-                    "multi_modal_projector": (obs["projector"], None, None)}
+                    "multi_modal_projector": (projected, None, None)}
     observer = ImageFeatures.observed(model, inputs, obs["language"].calls[0], image_id, other)
+    names = list(observer.calls[0].kwargs)
+    if len(names) > 1:
+        layout["image_inputs"] = names[1:]
     sizes = observer.module.image_sizes
     if sizes is not None:  # one image per call; the runtime loops over the images
         fixed = {"image_size": sizes[0]} if sizes != "pixels" else {"image_multiple": observer.module.multiple}

@@ -282,7 +282,7 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set
     `vision_tower` / `vision_model`, `multi_modal_projector` / `connector`): the language model holds the
     input embeddings, the vision tower takes `pixel_values`, the projector is the one other child with weights.
     `called`: the children a `generate` with an image ran (Janus' image-generation parts take no part). Returns
-    role -> child name."""
+    role -> child name (no vision tower with several: the model's `get_image_features` is then the image graph)."""
     children = {n: m for n, m in inner.named_children() if called is None or n in called}
 
     def holds_embeddings(m) -> bool:
@@ -296,10 +296,12 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set
     if not vision:  # a tower over patches (Qwen2-VL's `visual`, forward(hidden_states, grid_thw)): by its config
         kind = type(getattr(inner.config, "vision_config", None))
         vision = [n for n, m in children.items() if type(getattr(m, "config", None)) is kind]
-    if len(language) != 1 or len(vision) != 1:
+    if len(language) != 1 or not vision:
         raise ExportError(f"cannot tell the language model and the vision tower among {list(dict(inner.named_children()))}: "
                           f"the export takes models whose {type(inner).__name__} holds both, the language model holding "
                           "the input embeddings (image features replacing image-token rows)")
+    if len(vision) > 1:  # two towers on the image (DeepSeek-VL-Hybrid): `get_image_features` is the one image graph
+        return dict(language=language[0])
     parts = dict(language=language[0], vision=vision[0])
     others = [n for n, m in children.items() if n not in language + vision and any(True for _ in m.parameters())]
     if len(others) == 1:

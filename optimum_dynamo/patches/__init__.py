@@ -16,6 +16,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_recurrent_mask,
     transformers_rwkv,
     transformers_sliding,
+    transformers_vision_mask,
     transformers_vision_positions,
 )
 from .registry import Patch, PatchError, active_patches, applied, original, register_patch, unregister_patch

@@ -1,4 +1,4 @@
-"""Positions of the patches of several images (Idefics3, SmolVLM on transformers 4).
+"""Positions of the patches of several images (Idefics2, Idefics3, SmolVLM on transformers 4).
 
 transformers 4.57 computes each image's patch positions in a Python loop over the images, with
 `torch.arange(mask.sum())`: torch.export unrolls the loop, so the number of images (tiles) of the vision
@@ -42,4 +42,10 @@ def idefics3_patch_positions(self, pixel_values, patch_attention_mask):
 @register_patch("transformers.models.smolvlm.modeling_smolvlm.SmolVLMVisionEmbeddings.forward", versions=_V4,
                 reason=_REASON)
 def smolvlm_patch_positions(self, pixel_values, patch_attention_mask):
+    return _positions(self, pixel_values, patch_attention_mask)
+
+
+@register_patch("transformers.models.idefics2.modeling_idefics2.Idefics2VisionEmbeddings.forward", versions=_V4,
+                reason=_REASON)
+def idefics2_patch_positions(self, pixel_values, patch_attention_mask):
     return _positions(self, pixel_values, patch_attention_mask)

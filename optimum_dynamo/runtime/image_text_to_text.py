@@ -165,8 +165,9 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     # ------------------------------------------------------------------ the steps
     def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None,
                        image_sizes: torch.Tensor | None = None,
-                       pixel_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(image tokens of all images, hidden): the rows that replace the image tokens."""
+                       pixel_attention_mask: torch.Tensor | None = None, **pixels: torch.Tensor) -> torch.Tensor:
+        """(image tokens of all images, hidden): the rows that replace the image tokens (`pixels`: the layout's
+        other pixel tensors, `image_inputs`)."""
         if "grid_inputs" in self.layout:
             return self._grid_features(pixel_values, image_grid_thw)["output"]
         if self.layout.get("image_sizes"):  # a graph of one image, its size from its pixels or fixed at export
@@ -181,7 +182,10 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if self.layout.get("padded_images"):
             pixel_values = self._real_images(pixel_values, pixel_attention_mask)
         if "image_features" in self.components:  # the model's `get_image_features`
-            return self.components["image_features"](pixel_values=pixel_values)["output"]
+            missing = [k for k in self.layout.get("image_inputs", []) if pixels.get(k) is None]
+            if missing:
+                raise ValueError(f"this model's image graph needs {', '.join(missing)} (the processor's) beside pixel_values")
+            return self.components["image_features"](pixel_values=pixel_values, **pixels)["output"]
         vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the split layout: tower, projector
         selected = vision[self.layout["vision_output"]][:, self.layout["vision_skip"] :]
         projector = self.components["multi_modal_projector"]
@@ -336,8 +340,9 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         batch, length = input_ids.shape
         prefill = past_key_values is None
         if prefill:
+            pixels = {k: kwargs.get(k) for k in self.layout.get("image_inputs", [])}
             inputs = self.prompt_inputs(input_ids, pixel_values, image_grid_thw=image_grid_thw,
-                                        image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask)
+                                        image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask, **pixels)
             past_key_values = self.empty_past(batch)
         else:  # decode steps: the image is in the past
             inputs = {"inputs_embeds": self.embed(input_ids)}
@@ -399,6 +404,13 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if grids is not None:
             kwargs["image_grid_thw"] = grids
         return input_ids, kwargs
+
+    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
+        """The layout's other pixel tensors (`image_inputs`) are this model's inputs too: `forward` takes them by
+        `**kwargs`, which transformers' check does not look into."""
+        pixels = {k: model_kwargs.pop(k) for k in self.layout.get("image_inputs", []) if k in model_kwargs}
+        super()._validate_model_kwargs(model_kwargs)
+        model_kwargs.update(pixels)
 
     def _prepare_cache_for_generation(self, *args, **kwargs):
         return  # the past is the decoder's outputs, built by `forward`
