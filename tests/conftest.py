@@ -96,18 +96,26 @@ def bare_exports(bare_checkpoints, tmp_path_factory):
                                                   bare_checkpoints(model_type), "--task", BARE[model_type][0]))
 
 
+# image-text-to-text families exported by the real `optimum-cli export onnx --dynamo` (task inferred from the
+# checkpoint) in vlm_models; the others by from_pretrained(export=True, dynamo=True) (gemma3, llava: both, test_vlm_cli)
+CLI_VLMS = {"idefics3", "paligemma"}
+
+
 @pytest.fixture(scope="session")
 def vlm_models(tmp_path_factory):
-    """A tiny image-text-to-text checkpoint (with its processor files) exported as users do from Python,
-    `ORTModelForImageTextToText.from_pretrained(checkpoint, export=True, dynamo=True)`, once per session and shared
-    by the VLM test files: vlm_models("llava") -> (checkpoint dir, the runtime model; its `model_save_dir` holds the
-    export)."""
+    """A tiny image-text-to-text checkpoint (with its processor files) exported as users do, once per session and
+    shared by the VLM test files: from Python, `ORTModelForImageTextToText.from_pretrained(checkpoint, export=True,
+    dynamo=True)`, or for CLI_VLMS with `optimum-cli` in a child process and loaded from its output.
+    vlm_models("llava") -> (checkpoint dir, the runtime model; its `model_save_dir` holds the export)."""
     from tiny import save_tiny_vlm
 
     from optimum_dynamo import ORTModelForImageTextToText
 
     def make(model_type):
-        path = save_tiny_vlm(model_type, tmp_path_factory.mktemp(f"vlm-{model_type}") / "model")
+        root = tmp_path_factory.mktemp(f"vlm-{model_type}")
+        path = save_tiny_vlm(model_type, root / "model")
+        if model_type in CLI_VLMS:
+            return path, ORTModelForImageTextToText.from_pretrained(cli_export(root / "onnx", "--model", path))
         return path, ORTModelForImageTextToText.from_pretrained(path, export=True, dynamo=True)
 
     return memoized(make)
