@@ -17,6 +17,7 @@ import argparse
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -526,6 +527,7 @@ def _processor(model_type: str, model, overrides: dict | None = None):
     tokenizer; the tokenizer gets every special token the processor asks for (its `*_token` arguments' defaults,
     and the tokenizer attributes it reads, found from the AttributeError); arguments named like a config
     attribute take its value; `num_additional_image_tokens` counts the vision tower's class token."""
+    import transformers
     from transformers.models.auto import processing_auto
 
     config = model.config
@@ -552,8 +554,16 @@ def _processor(model_type: str, model, overrides: dict | None = None):
     sys.path.insert(0, str(HERE))
     from tiny import tiny_tokenizer
 
+    expected = None  # the tokenizer class transformers 4.57's processor checks for (LlamaTokenizerFast ...)
     for _ in range(8):
         tokenizer = tiny_tokenizer(TINY["vocab_size"], extra={k: v for k, v in tokens.items()} or None)
+        if expected is not None:
+            try:
+                tokenizer = expected(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<pad>", bos_token="<s>",
+                                     eos_token="</s>", unk_token="<unk>", padding_side="left",
+                                     **({"extra_special_tokens": dict(tokens)} if tokens else {}))
+            except Exception as e:  # BertTokenizerFast reads a normalizer the tiny tokenizer has not
+                raise Stage("processor", f"{expected.__name__} over the tiny tokenizer: {_one_line(e)}") from e
         subs = {k: None for k, p in params.items() if p.default is inspect.Parameter.empty and k != "self"
                 and p.kind is p.POSITIONAL_OR_KEYWORD}
         subs.update({k: tokenizer for k in params if k.endswith("tokenizer")})  # InstructBLIP's qformer_tokenizer too
@@ -573,6 +583,11 @@ def _processor(model_type: str, model, overrides: dict | None = None):
             if not missing or missing[-1] in tokens:
                 raise Stage("processor", _one_line(e)) from e
             tokens[missing[-1]] = f"<{missing[-1]}>"
+        except TypeError as e:  # "Received a PreTrainedTokenizerFast for argument tokenizer, but a X was expected"
+            names = re.findall(r"\w+TokenizerFast", str(e).split("but a", 1)[-1])
+            if "argument tokenizer" not in str(e) or not names or expected is not None:
+                raise Stage("processor", _one_line(e)) from e
+            expected = getattr(transformers, names[0])
         except KeyError as e:  # a token it looks up in the vocabulary (Fuyu's |SPEAKER|)
             if not isinstance(e.args[0], str) or e.args[0] in tokens.values():
                 raise Stage("processor", _one_line(e)) from e

@@ -94,16 +94,17 @@ class Projector(torch.nn.Module):
         mask (then the model's `get_image_features` is the one image graph)."""
         call = observer.calls[0]
         tensors = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor)}
-        features = next(iter(tensors))
-        ones = {}
+        if not tensors:
+            return None
+        if len(tensors) == 1:  # the projector's own graph (LLaVA, Gemma3)
+            return observer
+        features, ones = next(iter(tensors)), {}
         for name, value in list(tensors.items())[1:]:
             if value.shape != tensors[features].shape[:value.dim()] or not bool((value == 1).all()):
                 return None
             ones[name] = (value.dim(), value.dtype)
-        if len(call.kwargs) != len(tensors):
+        if len(call.kwargs) != len(tensors):  # other arguments this wrapper would not pass
             return None
-        if not ones:  # the projector's own graph (LLaVA, Gemma3)
-            return observer
         return InputObserver(cls(observer.module, features, ones), observer.name,
                              calls=[Call({"features": tensors[features]}, call.outputs)])
 
@@ -150,6 +151,9 @@ class ImageFeatures(torch.nn.Module):
         come from the processor: transformers 5's `generate` encodes the image before the first step.)
         With sizes from the pixels, `other` (the processor's output for an image of another size) adds a
         second call, so the image's height and width are dynamic."""
+        if not hasattr(model.model, "get_image_features"):
+            raise ExportError(f"{type(model.model).__name__} has no get_image_features and no vision tower + projector "
+                              "pair whose output is what the model merged: cannot export the image component")
         pixels = inputs["pixel_values"]
         given = {"pixel_values": pixels, **other_pixels(model.model.get_image_features, inputs)}
         wrapper = _taking(cls, list(given))(model.model, image_sizes(pixels, inputs.get("image_sizes")))
