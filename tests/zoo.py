@@ -517,9 +517,10 @@ def _within_shrunk_sizes(config) -> None:
                     and all(isinstance(i, int) for i in value) and max(value) >= depth):
                 setattr(part, name, sorted({i * depth // (max(value) + 1) for i in value}))
     depth = getattr(getattr(config, "vision_config", None), "num_hidden_layers", None)
-    layers = getattr(config, "vision_feature_layer", None)  # VipLLaVA's list of tower layers, past a shrunk tower
-    if isinstance(depth, int) and isinstance(layers, (list, tuple)) and any(not -depth - 1 <= i <= depth for i in layers):
-        config.vision_feature_layer = [min(max(i, -depth - 1), depth) for i in layers]  # as many: the projector's width
+    for name in ("vision_feature_layer", "vision_feature_layers"):  # VipLLaVA's list of tower layers (4.57: plural)
+        layers = vars(config).get(name)
+        if isinstance(depth, int) and isinstance(layers, (list, tuple)) and any(not -depth - 1 <= i <= depth for i in layers):
+            setattr(config, name, [min(max(i, -depth - 1), depth) for i in layers])  # as many: the projector's width
 
 
 def _processor(model_type: str, model, overrides: dict | None = None):
