@@ -187,9 +187,10 @@ def tiny_config(model_type: str, **overrides):
     return config
 
 
-def tiny_tokenizer(vocab_size: int = 128, extra: dict[str, str] | None = None):
+def tiny_tokenizer(vocab_size: int = 128, extra: dict[str, str] | None = None, cls=None):
     """A word-level tokenizer trained on a few sentences (ids < vocab_size), left padding.
-    `extra`: named special tokens (e.g. {"image_token": "<image>"}), ids 4, 5, ... in order."""
+    `extra`: named special tokens (e.g. {"image_token": "<image>"}), ids 4, 5, ... in order. `cls`: the fast
+    tokenizer class to wrap it in (default PreTrainedTokenizerFast; a processor of transformers 4.57 may check)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -198,7 +199,7 @@ def tiny_tokenizer(vocab_size: int = 128, extra: dict[str, str] | None = None):
     specials = ["<pad>", "<s>", "</s>", "<unk>", *(extra or {}).values()]
     trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials)
     tok.train_from_iterator(_CORPUS, trainer)
-    return PreTrainedTokenizerFast(
+    return (cls or PreTrainedTokenizerFast)(
         tokenizer_object=tok,
         pad_token="<pad>",
         bos_token="<s>",

@@ -557,14 +557,12 @@ def _processor(model_type: str, model, overrides: dict | None = None):
 
     expected = None  # the tokenizer class transformers 4.57's processor checks for (LlamaTokenizerFast ...)
     for _ in range(8):
-        tokenizer = tiny_tokenizer(TINY["vocab_size"], extra={k: v for k, v in tokens.items()} or None)
-        if expected is not None:
-            try:
-                tokenizer = expected(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<pad>", bos_token="<s>",
-                                     eos_token="</s>", unk_token="<unk>", padding_side="left",
-                                     **({"extra_special_tokens": dict(tokens)} if tokens else {}))
-            except Exception as e:  # BertTokenizerFast reads a normalizer the tiny tokenizer has not
-                raise Stage("processor", f"{expected.__name__} over the tiny tokenizer: {_one_line(e)}") from e
+        try:
+            tokenizer = tiny_tokenizer(TINY["vocab_size"], extra=dict(tokens) or None, cls=expected)
+        except Exception as e:  # BertTokenizerFast reads a normalizer the tiny tokenizer has not
+            if expected is None:
+                raise
+            raise Stage("processor", f"{expected.__name__} over the tiny tokenizer: {_one_line(e)}") from e
         subs = {k: None for k, p in params.items() if p.default is inspect.Parameter.empty and k != "self"
                 and p.kind is p.POSITIONAL_OR_KEYWORD}
         subs.update({k: tokenizer for k in params if k.endswith("tokenizer")})  # InstructBLIP's qformer_tokenizer too
@@ -656,8 +654,7 @@ def _vlm_batch(processor) -> dict:
 def _image_token_count(model, batch: dict, processor) -> dict:
     """The processor's image token count argument (num_image_tokens, image_seq_length ..., LLaVA's count of tokens
     beside the patches) set to the rows per image of the model's `get_image_features` (the default count is the
-    default model's); {} if none (GOT-OCR2
-    takes it when called only, which its saved processor would not repeat)."""
+    default model's); {} if none (GOT-OCR2 takes it when called only, which its saved processor would not repeat)."""
     import torch
 
     get = getattr(model, "get_image_features", None) or getattr(getattr(model, "model", None), "get_image_features", None)
