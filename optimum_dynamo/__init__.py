@@ -22,6 +22,7 @@ _API = {
     "export_executorch": "optimum_dynamo.exporters.executorch",
     "PteCausalLM": "optimum_dynamo.runtime.executorch",
     "ORTModelForImageTextToText": "optimum_dynamo.runtime.image_text_to_text",
+    "ORTModelForImageTextToTextSeq2Seq": "optimum_dynamo.runtime.image_text_to_text_seq2seq",
     "load_program": "optimum_dynamo.exporters.pt2",
     "load_package": "optimum_dynamo.exporters.pt2",
     "package_io": "optimum_dynamo.exporters.pt2",

@@ -52,12 +52,10 @@ def test_both_export_commands_whatever_the_install_order(last, checkpoints, tmp_
     assert onnx.returncode == 0, onnx.stderr[-3000:]
     assert json.loads((tmp_path / "onnx" / "optimum_dynamo.json").read_text())["backend"] == "onnx"
 
-    pte = run_cli(env, "export", "executorch", "--dynamo", "--model", checkpoints("llama"), "--output_dir",
-                  tmp_path / "pte", "--max_seq_len", "32")
-    assert pte.returncode == 0, pte.stderr[-3000:]
-    manifest = json.loads((tmp_path / "pte" / "optimum_dynamo.json").read_text())
-    assert manifest["backend"] == "executorch" and manifest["max_seq_len"] == 32
-    assert (tmp_path / "pte" / "model.pte").is_file()
+    # the executorch command reaches --dynamo's own checks (the .pte export itself: test_executorch.py's CLI test)
+    pte = run_cli(env, "export", "executorch", "--dynamo", "--model", checkpoints("llama"))
+    assert pte.returncode == 1
+    assert pte.stderr.strip().splitlines()[-1] == "optimum-cli export executorch --dynamo: error: --output_dir is required"
     shutil.rmtree(env)
 
 

@@ -26,3 +26,24 @@ def test_a_squeeze_that_squeezed_nothing_is_dropped():
     x = np.random.rand(2, 5, 4).astype(np.float32)
     (out,) = session.run(None, {session.get_inputs()[0].name: x})
     np.testing.assert_allclose(out, x * 2, atol=1e-6)
+
+
+class CheckedScatter(torch.nn.Module):
+    """transformers 5's image-token check (`torch_compilable_check` on a tensor, T5Gemma 2's encoder)."""
+
+    def forward(self, x, mask, rows):
+        torch._check_tensor_all(mask.sum() * x.shape[-1] == rows.numel())
+        return x.masked_scatter(mask.unsqueeze(-1), rows)
+
+
+def test_a_tensor_check_is_dropped():
+    """`torch._check_tensor_all` exports as `_is_all_true`, `.item()` and asserts, which torch.onnx cannot translate:
+    the translation drops them (ONNX has no assertion) and the graph gives PyTorch's output."""
+    x, mask, rows = torch.rand(1, 4, 3), torch.tensor([[False, True, True, False]]), torch.rand(2, 3)
+    program = torch.export.export(CheckedScatter(), (x, mask, rows))
+    assert any(n.target is torch.ops.aten._is_all_true.default for n in program.graph.nodes)
+    model = translate_program(program, ExportOptions.make()).model_proto
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = dict(zip([i.name for i in session.get_inputs()], (x.numpy(), mask.numpy(), rows.numpy())))
+    (out,) = session.run(None, feed)
+    np.testing.assert_allclose(out, CheckedScatter()(x, mask, rows).numpy(), atol=1e-6)

@@ -14,6 +14,7 @@ SUBSET = {
     # image-text-to-text ("pass": greedy tokens of ORTModelForImageTextToText = PyTorch's on a left-padded batch of 2)
     ("vlm", "idefics2"): "pass",  # a resampler taking a mask of ones (Projector); 4.57: patch positions and mask patched
     ("vlm", "deepseek_vl_hybrid"): "pass",  # two towers on the image: get_image_features with high_res_pixel_values
+    ("vlm", "t5gemma2"): "pass",  # transformers 5: an encoder-decoder, its encoder reads the image (seq2seq layout)
 }
 # under `slow` (make test-all) for CI's time: their patches have unit tests of their own (test_patches.py:
 # dense experts, complex rope) and afmoe's drawn router test_zero_linears_are_drawn

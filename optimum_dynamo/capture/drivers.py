@@ -100,8 +100,9 @@ def drive_image_forward(model, processor=None) -> None:
 
 
 @torch.no_grad()
-def drive_seq2seq_generation(model, tokenizer=None, processor=None) -> None:
-    batches = encoder_batches(model, tokenizer, processor)
+def drive_seq2seq_generation(model, tokenizer=None, processor=None, batches=None) -> None:
+    """`batches`: two batches of encoder inputs (else made for the model's modality: `encoder_batches`)."""
+    batches = batches or encoder_batches(model, tokenizer, processor)
     generation = model.generation_config
     options = dict(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
     if generation.pad_token_id is None:

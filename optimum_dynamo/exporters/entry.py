@@ -14,6 +14,7 @@ from .onnx import OnnxExporter
 from .onnx_optimize import FUSED_LEVELS, check_level
 from .seq2seq import Seq2SeqOnnxExporter
 from .vlm import VlmOnnxExporter
+from .vlm_seq2seq import Seq2SeqVlmOnnxExporter
 
 
 def export_onnx(model, output, task: str | None = None, *, options: ExportOptions | None = None,
@@ -31,7 +32,9 @@ def export_onnx(model, output, task: str | None = None, *, options: ExportOption
 
 def export_target(target: Target, output, options: ExportOptions) -> ExportContext:
     """Export a resolved `target` (see `target.resolve`): the CLI resolves once and falls back with the same."""
-    encoder_decoder = target.task_name.removesuffix("-with-past") in ENCODER_DECODER_TASKS
+    vision_language = target.task_name.removesuffix("-with-past") in VISION_LANGUAGE_TASKS
+    encoder_decoder = target.task_name.removesuffix("-with-past") in ENCODER_DECODER_TASKS or (
+        vision_language and getattr(target.config, "is_encoder_decoder", False))  # T5Gemma 2
     if encoder_decoder and options.monolith:
         from ..flags import FlagError
 
@@ -44,9 +47,9 @@ def export_target(target: Target, output, options: ExportOptions) -> ExportConte
                           "export with optimum-cli onnxruntime quantize, or drop --quantize")
     if encoder_decoder and options.optimize_level:
         raise ExportError("--optimize is not supported for encoder-decoder exports with --dynamo yet")
-    if target.task_name.removesuffix("-with-past") in VISION_LANGUAGE_TASKS:
+    if vision_language:
         check_vision_language(target.task_name, options)
-        exporter = VlmOnnxExporter()
+        exporter = Seq2SeqVlmOnnxExporter() if encoder_decoder else VlmOnnxExporter()
     else:
         exporter = Seq2SeqOnnxExporter() if encoder_decoder else OnnxExporter()
     return exporter.run(ExportContext(output=Path(output), options=options, target=target))

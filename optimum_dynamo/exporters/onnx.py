@@ -237,6 +237,7 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
     else what --optimize needs."""
     opset = options.opset or default_opset(options.optimize_level)
     keep_rank_squeezes(program)
+    drop_tensor_asserts(program)
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
                                      verbose=None if is_verbose() else False)
     onnx_program.exported_program = None  # memory: the ONNX model is what is kept
@@ -244,6 +245,23 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
 
 
 _SQUEEZES = (torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
+_ASSERTS = (torch.ops.aten._assert_async.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_scalar.default)
+
+
+def drop_tensor_asserts(program: torch.export.ExportedProgram) -> None:
+    """Drop the checks of `torch._check_tensor_all` (`_is_all_true(x)`, read by `.item()`, ending in asserts; T5Gemma
+    2's image token count): ONNX has no assertion, and torch.onnx translates no `_is_all_true`."""
+    graph = program.graph_module.graph
+    for node in [n for n in graph.nodes if n.target is torch.ops.aten._is_all_true.default]:
+        reached, todo = {node}, [node]
+        while todo:
+            for user in todo.pop().users:
+                if user not in reached:
+                    reached.add(user)
+                    todo.append(user)
+        if all(n.users or n.target in _ASSERTS for n in reached):  # only asserts read it
+            for dropped in reversed([n for n in graph.nodes if n in reached]):
+                graph.erase_node(dropped)
 
 
 def keep_rank_squeezes(program: torch.export.ExportedProgram) -> None:

@@ -120,12 +120,20 @@ class Seq2SeqOnnxExporter(OnnxExporter):
                                 f"is_encoder_decoder=False): --task {ctx.task.name} exports an encoder and a decoder")
         adapter = forward_adapter(model, ctx.options.model_kwargs, model.get_encoder())
         with adapter, observe(encoder=model.get_encoder(), model=model) as obs:
-            ctx.task.spec.driver(model, ctx.tokenizer, ctx.processor)
+            self.drive(ctx)
         ctx.observer = obs["model"]
-        parts = components(model, obs["encoder"].calls, obs["model"].calls, ctx.task.with_past)
+        parts = components(model, obs["encoder"].calls, obs["model"].calls, self.with_past(ctx))
         for part in parts:
             logger.info("    %s: %d calls recorded", part.name, len(part.calls))
         return parts
+
+    def with_past(self, ctx: ExportContext) -> bool:
+        """Whether the decoder is exported with a cache (a decoder with past graph)."""
+        return ctx.task.with_past
+
+    def drive(self, ctx: ExportContext) -> None:
+        """Run the model as users do (the task's driver), under observation."""
+        ctx.task.spec.driver(ctx.model, ctx.tokenizer, ctx.processor)
 
 
 def _processor(model_id: str, loading: dict):

@@ -114,6 +114,15 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         model_save_dir: str | Path | TemporaryDirectory | None = None,
         **kwargs,
     ) -> "ORTModelForImageTextToText":
+        if getattr(config, "is_encoder_decoder", False):  # T5Gemma 2: optimum's seq2seq layout, pixels to the encoder
+            from .image_text_to_text_seq2seq import ORTModelForImageTextToTextSeq2Seq
+
+            return ORTModelForImageTextToTextSeq2Seq._from_pretrained(
+                model_id, config, subfolder=subfolder, revision=revision, force_download=force_download,
+                local_files_only=local_files_only, trust_remote_code=trust_remote_code, cache_dir=cache_dir,
+                token=token, provider=provider, providers=providers, provider_options=provider_options,
+                session_options=session_options, use_io_binding=use_io_binding, generation_config=generation_config,
+                model_save_dir=model_save_dir, **kwargs)
         if use_io_binding:
             raise ValueError("ORTModelForImageTextToText runs without I/O binding: pass use_io_binding=False or None")
         hub = dict(revision=revision, force_download=force_download, local_files_only=local_files_only,
