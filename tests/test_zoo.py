@@ -26,6 +26,13 @@ SLOW = {
     ("causal", "afmoe"): "dynamo",  # transformers 5: its init zeroes the router (ties): the zoo draws it (zoo._draw_zero_linears)
     ("seq2seq", "nllb-moe"): "dynamo",  # transformers 5 reads `router_logits` from the encoder's own output class
 }
+# then ORTModelForImageTextToText on the row's export, a tensor its graphs take left out: (that tensor, the error)
+REFUSED_WITHOUT = {
+    "t5gemma2": ("pixel_values", "this export's encoder reads an image with every prompt: pass the processor's "
+                                 "pixel_values (a prompt without an image is not supported by this export)"),
+    "deepseek_vl_hybrid": ("high_res_pixel_values", "this model's image graph needs high_res_pixel_values (the "
+                                                    "processor's) beside pixel_values"),
+}
 # rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
 NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
 
@@ -43,6 +50,17 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
         pytest.skip(f"PyTorch's generate fails on the tiny {model_type} with transformers {transformers.__version__}")
     row = zoo.run_one(model_type, tmp_path, kind)
     assert row["viable"] and row.get("outcome", row.get("status")) == outcome, row
+    if model_type in REFUSED_WITHOUT:
+        import torch
+
+        from optimum_dynamo import ORTModelForImageTextToText
+
+        left_out, message = REFUSED_WITHOUT[model_type]
+        inputs = torch.load(tmp_path / model_type / "reference.pt")["inputs"]
+        model = ORTModelForImageTextToText.from_pretrained(tmp_path / model_type / "onnx")
+        with pytest.raises(ValueError) as refused:
+            model.generate(**{k: v for k, v in inputs.items() if k != left_out}, max_new_tokens=2)
+        assert str(refused.value) == message
 
 
 def test_zero_linears_are_drawn():
