@@ -31,8 +31,9 @@ class Seq2SeqVlmOnnxExporter(Seq2SeqOnnxExporter):
     """The seq2seq exporter, observing the model on the processor's image and prompt batches."""
 
     def load(self, ctx: ExportContext) -> None:
+        processor = load_processor(ctx.target.model_id, ctx.target.config, ctx.options.loading)  # before the weights
         super().load(ctx)
-        ctx.processor = load_processor(ctx.model_id, ctx.config, ctx.options.loading)
+        ctx.processor = processor
 
     def with_past(self, ctx: ExportContext) -> bool:
         return True  # the task has no "-with-past" variant: generation always keeps a cache
