@@ -710,6 +710,11 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
             except Exception as e:
                 raise Stage("processor", f"inputs: {_one_line(e)}") from e
             _token_ids_from(processor, model.config, batch["input_ids"])
+            # the reference is the saved checkpoint's, which the export loads: the token ids are set in the config after
+            # the model is built, and a module may read one when built (T5Gemma 2's end-of-image embedding)
+            model.save_pretrained(directory / "checkpoint")
+            processor.save_pretrained(directory / "checkpoint")
+            model = AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval()
             params = inspect.signature(model.forward).parameters
             inputs = {k: v for k, v in batch.items() if k in params and k != "labels"}
             try:
@@ -721,16 +726,6 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
                 overrides = _image_token_count(model, batch, processor) if attempt == 0 and "tokens" in str(e) else {}
                 if not overrides:
                     raise Stage("pytorch generate", _one_line(e)) from e
-        model.save_pretrained(directory / "checkpoint")
-        processor.save_pretrained(directory / "checkpoint")
-        # the reference is the saved checkpoint's, which the export loads: the token ids are set in the config after
-        # the model is built, and a module may read one when built (T5Gemma 2's end-of-image embedding)
-        model = AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval()
-        try:
-            with torch.no_grad():
-                tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-        except Exception as e:
-            raise Stage("pytorch generate", f"saved checkpoint: {_one_line(e)}") from e
     except Stage as e:
         return {"viable": False, "status": "fail", "stage": e.stage, "reason": e.reason}
     mask = inputs.get("attention_mask")

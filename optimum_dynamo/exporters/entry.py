@@ -32,8 +32,9 @@ def export_onnx(model, output, task: str | None = None, *, options: ExportOption
 
 def export_target(target: Target, output, options: ExportOptions) -> ExportContext:
     """Export a resolved `target` (see `target.resolve`): the CLI resolves once and falls back with the same."""
-    vision_language = target.task_name.removesuffix("-with-past") in VISION_LANGUAGE_TASKS
-    encoder_decoder = target.task_name.removesuffix("-with-past") in ENCODER_DECODER_TASKS or (
+    task = target.task_name.removesuffix("-with-past")
+    vision_language = task in VISION_LANGUAGE_TASKS
+    encoder_decoder = task in ENCODER_DECODER_TASKS or (
         vision_language and getattr(target.config, "is_encoder_decoder", False))  # T5Gemma 2
     if encoder_decoder and options.monolith:
         from ..flags import FlagError
