@@ -16,6 +16,7 @@ SUBSET = {
     ("vlm", "idefics2"): "pass",  # a resampler taking a mask of ones (Projector); 4.57: patch positions and mask patched
     ("vlm", "deepseek_vl_hybrid"): "pass",  # two towers on the image: get_image_features with high_res_pixel_values
     ("vlm", "t5gemma2"): "pass",  # transformers 5: an encoder-decoder, its encoder reads the image (seq2seq layout)
+    ("vlm", "git"): "pass",  # the image a prefix of the text, no inner model: the model's own steps (vlm_steps)
 }
 # under `slow` (make test-all) for CI's time: their patches have unit tests of their own (test_patches.py:
 # dense experts, complex rope) and afmoe's drawn router test_zero_linears_are_drawn
@@ -37,6 +38,13 @@ REFUSED_WITHOUT = {
                                  "pixel_values (a prompt without an image is not supported by this export)"),
     "deepseek_vl_hybrid": ("high_res_pixel_values", "this model's image graph needs high_res_pixel_values (the "
                                                     "processor's) beside pixel_values"),
+    "git": ("pixel_values", "this export's prompt graph reads pixel_values: pass the processor's (a prompt without an "
+                            "image is not supported by this export)"),
+}
+# then the row's export given images of another size than its graphs take: the error
+RESIZED_REFUSED = {
+    "git": "pixel_values of shape (2, 3, 64, 64): the exported graph takes (batch_size, 3, 32, 32), its numbers fixed "
+           "at export; resize the images with the model's processor",
 }
 # rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
 NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
@@ -65,6 +73,17 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
         with pytest.raises(ValueError) as refused:
             model.generate(**{k: v for k, v in inputs.items() if k != left_out}, max_new_tokens=2)
         assert str(refused.value) == message
+    if model_type in RESIZED_REFUSED:
+        import torch
+
+        from optimum_dynamo import ORTModelForImageTextToText
+
+        inputs = torch.load(tmp_path / model_type / "reference.pt")["inputs"]
+        inputs["pixel_values"] = torch.nn.functional.interpolate(inputs["pixel_values"], scale_factor=2)
+        model = ORTModelForImageTextToText.from_pretrained(tmp_path / model_type / "onnx")
+        with pytest.raises(ValueError) as refused:
+            model.generate(**inputs, max_new_tokens=2)
+        assert str(refused.value) == RESIZED_REFUSED[model_type]
 
 
 def test_zero_linears_are_drawn():

@@ -426,8 +426,11 @@ class VlmOnnxExporter(ObservedOnnxExporter):
             raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
 
     def components(self, ctx: ExportContext) -> list[Component]:
-        self.parts, self.layout, self.tokens = observe_vlm(ctx.model, ctx.processor, self.image, self.prompt,
-                                                           self.max_new_tokens)
+        from .vlm_steps import observe_steps, uses_steps
+
+        observe_model = observe_steps if uses_steps(ctx.model) else observe_vlm  # GIT: the model's own steps
+        self.parts, self.layout, self.tokens = observe_model(ctx.model, ctx.processor, self.image, self.prompt,
+                                                             self.max_new_tokens)
         parts = super().components(ctx)
         for part in parts:  # a graph taking image sizes takes one image: the batch axis stays 1
             if getattr(part.observer.module, "image_sizes", None) is not None:

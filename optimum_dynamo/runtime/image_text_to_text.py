@@ -80,7 +80,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         self.layout = layout
         self.generation_config = generation_config or GenerationConfig.from_model_config(config)
         self.components = {name: ORTComponent(session) for name, session in sessions.items()}
-        self.embed_tokens, self.decoder = self.components["embed_tokens"], self.components["decoder_model"]
+        self.embed_tokens, self.decoder = self.components.get("embed_tokens"), self.components["decoder_model"]
         self.initialize_ort_attributes(parts=list(self.components.values()))
         self.key_value_input_names = [n for n in self.decoder.input_names if n.startswith(PAST)]
         self.uses_token_types = "token_type_ids" in self.decoder.input_names
@@ -143,6 +143,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
                 generation_config = GenerationConfig.from_pretrained(model_id, subfolder=subfolder, **hub)
             except OSError:
                 generation_config = GenerationConfig.from_model_config(config)
+        if layout.get("steps"):  # GIT: the model's own forward, a graph per kind of step
+            from .image_text_to_text_steps import ORTModelForImageTextToTextSteps as cls
         return cls(config=config, sessions=sessions, layout=layout, generation_config=generation_config,
                    model_save_dir=model_save_dir or layout_path.parent, preprocessors=_processors(layout_path.parent))
 

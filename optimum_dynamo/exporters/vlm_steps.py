@@ -1,0 +1,156 @@
+"""Vision-language models whose images do not replace image-token rows (GIT: the image's features are a prefix
+of the text, recomputed from the pixels at every step by transformers 4.57, cached by 5.x): the model's own
+forward, as `generate` calls it, exported as two graphs.
+
+- `prefill_model`: the prompt's step (the processor's tensors, no past) -> the logits of the last position and
+  the cache the model made;
+- `decoder_model`: one new token with the past, plus the processor's tensors that `generate` passes again.
+
+`vlm.json` says `"steps": true`; `ORTModelForImageTextToText` feeds each graph the inputs it names. A decode
+step's tensors must be ones the runtime has (ids, mask, positions from the mask, past, the prompt's own tensors):
+a model that feeds its own outputs back (Idefics' image states) is refused at export, in one line.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from ..capture import Call, InputObserver, observe
+from ..errors import ExportError
+from .image_features import default_image
+from .vlm import image_token, processor_inputs
+
+STEP_INPUTS = ("input_ids", "attention_mask", "position_ids", "past_key_values")  # what the runtime makes per step
+MADE_INSIDE = ("cache_position",)  # rebuilt by `ModelStep` from the past's length
+
+
+class ModelStep(torch.nn.Module):
+    """`model` on one generation step, its tensors by name: the logits of the last position and the cache (the
+    model makes an empty one at the prefill)."""
+
+    def __init__(self, model: torch.nn.Module, names: list[str]):
+        super().__init__()
+        self.model, self.names = model, names
+        params = inspect.signature(model.forward).parameters
+        self.keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.takes_cache_position = "cache_position" in params
+
+    def forward(self, **tensors):
+        past, new = tensors.get("past_key_values"), tensors["input_ids"].shape[1]
+        extra = dict(self.keep)
+        if self.takes_cache_position:
+            start = past.get_seq_length() if past is not None else 0
+            extra["cache_position"] = torch.arange(start, start + new, device=tensors["input_ids"].device)
+        out = self.model(**tensors, use_cache=True, return_dict=True, **extra)
+        return {"logits": out.logits[:, -1:], "past_key_values": out.past_key_values}
+
+    @classmethod
+    def taking(cls, model: torch.nn.Module, names: list[str]) -> "ModelStep":
+        """A step whose forward declares `names` (torch.export matches inputs and shapes to the signature)."""
+        keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        signature = inspect.Signature([inspect.Parameter(n, keyword) for n in ["self", *names]])
+
+        def forward(self, **tensors):
+            return cls.forward(self, **tensors)
+
+        forward.__signature__ = signature
+        return type(cls.__name__, (cls,), {"forward": forward})(model, names)
+
+
+def uses_steps(model) -> bool:
+    """Whether the model's images reach its text other than as rows replacing image tokens: no inner model
+    holding a language model (the input embeddings) and a vision tower (GIT, Idefics)."""
+    from .vlm import inner_parts
+
+    inner = getattr(model, "model", None)
+    if not isinstance(inner, torch.nn.Module):
+        return True
+    try:
+        inner_parts(inner, model.get_input_embeddings())
+    except ExportError:
+        return True
+    return False
+
+
+def step_batches(model, processor, image=None, prompt: str | None = None) -> list[dict]:
+    """A prompt with its image, then two prompts of other lengths (left-padded) with an image each: the prefill
+    graph sees its batch and sequence axes vary."""
+    if prompt is None:  # the image placeholder, where the processor has one
+        token = image_token(processor)
+        prompt = f"the quick {token} brown fox" if token else "the quick brown fox"
+    tokenizer = getattr(processor, "tokenizer", processor)
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        first = image or default_image(seed=1)
+        return [processor_inputs(model, processor, [first], [prompt]),
+                processor_inputs(model, processor, [first, default_image(seed=2)],
+                                 [prompt, f"a longer prompt: {prompt} jumps over the lazy dog"], padding=True)]
+    finally:
+        tokenizer.padding_side = side
+
+
+def _is_prefill(call: Call) -> bool:
+    past = call.kwargs.get("past_key_values")
+    return past is None or past.get_seq_length() == 0
+
+
+def _standard_positions(mask: torch.Tensor, length: int) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)[:, -length:]
+
+
+def _check_step(call: Call, batch: dict, prefill: bool) -> None:
+    """A step's tensors are ones the runtime can give it, else one line."""
+    for name, value in call.kwargs.items():
+        if not isinstance(value, torch.Tensor) or name in STEP_INPUTS + MADE_INSIDE:
+            continue
+        if name not in batch or not torch.equal(value, batch[name]):
+            kind = "the prompt's step" if prefill else "decode steps"
+            raise ExportError(f"generate passes {name} to the model on {kind}, which is not one of the processor's "
+                              "tensors (the model feeds its own outputs back): this model's export is not supported")
+    positions, mask = call.kwargs.get("position_ids"), call.kwargs["attention_mask"]
+    real = mask[:, -call.kwargs["input_ids"].shape[1]:] == 1  # padding's positions differ by version; nothing reads them
+    if positions is not None and not torch.equal(positions[real],
+                                                 _standard_positions(mask, call.kwargs["input_ids"].shape[1])[real]):
+        raise ExportError("generate passes position_ids that do not follow the attention mask: this model's export "
+                          "is not supported")
+
+
+def observe_steps(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
+    """Greedy `generate` on `step_batches` under observation: (plan, layout, the first batch's new tokens), as
+    `observe_vlm` returns them."""
+    batches = step_batches(model, processor, image, prompt)
+    prefill, decode, tokens = [], [], None
+    for batch in batches:
+        with observe(model) as obs, torch.no_grad():
+            out = model.generate(**batch, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+        tokens = out[:, batch["input_ids"].shape[1]:] if tokens is None else tokens
+        if not obs.calls:
+            raise ExportError(f"generate never called {type(model).__name__}.forward (it runs other modules): this "
+                              "model's export is not supported")
+        prompt_mask = batch.get("attention_mask", torch.ones_like(batch["input_ids"]))
+        for step, call in enumerate(obs.calls):
+            first = _is_prefill(call)
+            if call.kwargs.get("attention_mask") is None:  # transformers 5 drops an all-ones mask: the graphs take one
+                grown = torch.ones(prompt_mask.shape[0], step, dtype=prompt_mask.dtype)  # (the cache may hold more)
+                call.kwargs["attention_mask"] = torch.cat([prompt_mask, grown], dim=1)
+            _check_step(call, batch, first)
+            kwargs = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor) and k not in MADE_INSIDE}
+            if not first:
+                kwargs["past_key_values"] = call.kwargs["past_key_values"]
+            outputs = {"logits": call.outputs.logits[:, -1:], "past_key_values": call.outputs.past_key_values}
+            (prefill if first else decode).append(Call(kwargs, outputs))
+    plan = {}
+    for name, calls in (("prefill_model", prefill), ("decoder_model", decode)):
+        names = list(dict.fromkeys(k for c in calls for k in c.kwargs))
+        if any(set(c.kwargs) != set(names) for c in calls):
+            raise ExportError(f"generate passes different tensors on its {name.split('_')[0]} steps: this model's "
+                              "export is not supported")
+        plan[name] = (InputObserver(ModelStep.taking(model, names), name, calls=calls), names, {})
+    layout = {"model_type": model.config.model_type, "steps": True,
+              "components": {name: f"{name}/model.onnx" for name in plan}}
+    return plan, layout, tokens
+
+
+__all__ = ["ModelStep", "observe_steps", "step_batches", "uses_steps"]

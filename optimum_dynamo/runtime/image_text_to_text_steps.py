@@ -1,0 +1,54 @@
+"""`ORTModelForImageTextToText` for exports whose graphs are the model's own forward per kind of step
+(`exporters/vlm_steps.py`, GIT): `prefill_model` on the prompt, `decoder_model` on each new token. Each graph is
+fed the inputs it names: ids, the attention mask, positions from the mask, the past, and the processor's tensors
+that `generate` passes along (`pixel_values`, on every step where transformers 4.57's GIT reads them again)."""
+
+from __future__ import annotations
+
+import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .image_text_to_text import PAST, PRESENT, ORTModelForImageTextToText, _pairs
+
+
+class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
+    """Loaded by `ORTModelForImageTextToText.from_pretrained` when `vlm.json` says `"steps": true`."""
+
+    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.LongTensor | None = None,
+                pixel_values: torch.FloatTensor | None = None, past_key_values: tuple | None = None,
+                position_ids: torch.LongTensor | None = None, use_cache: bool | None = None,
+                **kwargs) -> CausalLMOutputWithPast:
+        prefill = past_key_values is None
+        graph = self.components["prefill_model"] if prefill else self.decoder
+        if attention_mask is None:  # the text's mask: the model's cache may also hold the image
+            past = 0 if prefill else self._past_tokens
+            attention_mask = torch.ones((input_ids.shape[0], past + input_ids.shape[1]), dtype=torch.long)
+        if position_ids is None:  # from the mask, as transformers does for left padding
+            position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+            position_ids = position_ids[:, -input_ids.shape[1]:]
+        given = {**kwargs, "input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+                 "pixel_values": pixel_values}
+        if not prefill:
+            given.update(zip(self.key_value_input_names, (t for pair in past_key_values for t in pair)))
+        missing = [n for n in graph.input_names if given.get(n) is None]
+        if missing:
+            step = "prompt" if prefill else "decode-step"
+            raise ValueError(f"this export's {step} graph reads {', '.join(missing)}: pass the processor's (a prompt "
+                             "without an image is not supported by this export)")
+        for name in graph.input_names:
+            self._check_fixed(name, graph.input_shapes[name], given[name])
+        out = graph(**{n: given[n] for n in graph.input_names})
+        self._past_tokens = attention_mask.shape[1]
+        present = _pairs([out[n.replace(PAST, PRESENT, 1)] for n in self.key_value_input_names])
+        return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+
+    @staticmethod
+    def _check_fixed(name: str, dims: list, value: torch.Tensor) -> None:
+        """`value` has the graph's fixed axes (an image size fixed at export), else one line: never resized here."""
+        if len(dims) != value.dim() or any(isinstance(d, int) and d != n for d, n in zip(dims, value.shape)):
+            hint = "; resize the images with the model's processor" if "pixel" in name else ""
+            raise ValueError(f"{name} of shape {tuple(value.shape)}: the exported graph takes ({', '.join(map(str, dims))}), "
+                             f"its numbers fixed at export{hint}")
+
+
+__all__ = ["ORTModelForImageTextToTextSteps"]
