@@ -390,3 +390,34 @@ def test_deepstack_scatter_patch_adds_exactly_what_the_model_adds():
         with patches.applied(active) as swapped:
             got = Qwen3VLTextModel._deepstack_process(None, hidden, mask, rows)
         assert len(swapped) == 1 and torch.equal(got, expected)
+
+
+def test_idefics_attention_patch_keeps_the_model_s_logits():
+    """transformers 4's Idefics attention with the past's length read from the cache instead of `cache_position`'s
+    value: the prompt's and a decode step's logits are the unpatched model's."""
+    from transformers import AutoModelForImageTextToText
+
+    from optimum_dynamo.patches import transformers_idefics
+
+    import zoo
+
+    chosen = [p for p in patches.active_patches() if p.replacement is transformers_idefics.idefics_attention_past_length]
+    if not chosen:
+        pytest.skip("transformers 5's Idefics attention reads no cache_position")
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(zoo.tiny_config("idefics", zoo.TINY_VISION)).eval()
+    ids, pixels = torch.randint(3, 100, (2, 6)), torch.randn(2, 1, 3, 32, 32)
+    image_mask = torch.zeros(2, 6, 1, dtype=torch.long)
+    image_mask[:, 2:] = 1
+
+    def prompt_and_step():
+        out = model(input_ids=ids, pixel_values=pixels, image_attention_mask=image_mask, use_cache=True)
+        step = model(input_ids=ids[:, -1:], image_encoder_embeddings=out.image_hidden_states,
+                     image_attention_mask=image_mask[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+        return out.logits, step.logits
+
+    with torch.no_grad():
+        expected = prompt_and_step()
+        with patches.applied(chosen) as swapped:
+            got = prompt_and_step()
+    assert len(swapped) == 1 and all(torch.equal(a, b) for a, b in zip(got, expected))

@@ -17,6 +17,7 @@ SUBSET = {
     ("vlm", "deepseek_vl_hybrid"): "pass",  # two towers on the image: get_image_features with high_res_pixel_values
     ("vlm", "t5gemma2"): "pass",  # transformers 5: an encoder-decoder, its encoder reads the image (seq2seq layout)
     ("vlm", "git"): "pass",  # the image a prefix of the text, no inner model: the model's own steps (vlm_steps)
+    ("vlm", "idefics"): "pass",  # cross-attention to image states the prompt's step returns and decode steps read
 }
 # under `slow` (make test-all) for CI's time: their patches have unit tests of their own (test_patches.py:
 # dense experts, complex rope) and afmoe's drawn router test_zero_linears_are_drawn
@@ -31,7 +32,7 @@ SLOW = {
     ("seq2seq", "switch_transformers"): "dynamo",
 }
 # SUBSET rows under `slow` on transformers 5 only (CI's time): their patches are 4.57's, the exporter code the same
-SLOW_ON_5 = {("vlm", "idefics2")}
+SLOW_ON_5 = {("vlm", "idefics2"), ("vlm", "idefics")}
 # then ORTModelForImageTextToText on the row's export, a tensor its graphs take left out: (that tensor, the error)
 REFUSED_WITHOUT = {
     "t5gemma2": ("pixel_values", "this export's encoder reads an image with every prompt: pass the processor's "
@@ -62,28 +63,23 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
         pytest.skip(f"PyTorch's generate fails on the tiny {model_type} with transformers {transformers.__version__}")
     row = zoo.run_one(model_type, tmp_path, kind)
     assert row["viable"] and row.get("outcome", row.get("status")) == outcome, row
-    if model_type in REFUSED_WITHOUT:
-        import torch
-
-        from optimum_dynamo import ORTModelForImageTextToText
-
-        left_out, message = REFUSED_WITHOUT[model_type]
-        inputs = torch.load(tmp_path / model_type / "reference.pt")["inputs"]
-        model = ORTModelForImageTextToText.from_pretrained(tmp_path / model_type / "onnx")
-        with pytest.raises(ValueError) as refused:
-            model.generate(**{k: v for k, v in inputs.items() if k != left_out}, max_new_tokens=2)
-        assert str(refused.value) == message
-    if model_type in RESIZED_REFUSED:
+    if model_type in REFUSED_WITHOUT or model_type in RESIZED_REFUSED:
         import torch
 
         from optimum_dynamo import ORTModelForImageTextToText
 
         inputs = torch.load(tmp_path / model_type / "reference.pt")["inputs"]
-        inputs["pixel_values"] = torch.nn.functional.interpolate(inputs["pixel_values"], scale_factor=2)
         model = ORTModelForImageTextToText.from_pretrained(tmp_path / model_type / "onnx")
-        with pytest.raises(ValueError) as refused:
-            model.generate(**inputs, max_new_tokens=2)
-        assert str(refused.value) == RESIZED_REFUSED[model_type]
+        if model_type in REFUSED_WITHOUT:
+            left_out, message = REFUSED_WITHOUT[model_type]
+            with pytest.raises(ValueError) as refused:
+                model.generate(**{k: v for k, v in inputs.items() if k != left_out}, max_new_tokens=2)
+            assert str(refused.value) == message
+        if model_type in RESIZED_REFUSED:
+            resized = torch.nn.functional.interpolate(inputs["pixel_values"], scale_factor=2)
+            with pytest.raises(ValueError) as refused:
+                model.generate(**{**inputs, "pixel_values": resized}, max_new_tokens=2)
+            assert str(refused.value) == RESIZED_REFUSED[model_type]
 
 
 def test_zero_linears_are_drawn():

@@ -30,9 +30,9 @@ class ModelStep(torch.nn.Module):
     """`model` on one generation step, its tensors by name: the logits of the last position and the cache (the
     model makes an empty one at the prefill)."""
 
-    def __init__(self, model: torch.nn.Module, names: list[str]):
+    def __init__(self, model: torch.nn.Module, names: list[str], returned: list[str] = ()):
         super().__init__()
-        self.model, self.names = model, names
+        self.model, self.names, self.returned = model, names, list(returned)  # `returned`: outputs fed back
         params = inspect.signature(model.forward).parameters
         self.keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.takes_cache_position = "cache_position" in params
@@ -44,10 +44,11 @@ class ModelStep(torch.nn.Module):
             start = past.get_seq_length() if past is not None else 0
             extra["cache_position"] = torch.arange(start, start + new, device=tensors["input_ids"].device)
         out = self.model(**tensors, use_cache=True, return_dict=True, **extra)
-        return {"logits": out.logits[:, -1:], "past_key_values": out.past_key_values}
+        return {"logits": out.logits[:, -1:], "past_key_values": out.past_key_values,
+                **{k: out[k] for k in self.returned}}
 
     @classmethod
-    def taking(cls, model: torch.nn.Module, names: list[str]) -> "ModelStep":
+    def taking(cls, model: torch.nn.Module, names: list[str], returned: list[str] = ()) -> "ModelStep":
         """A step whose forward declares `names` (torch.export matches inputs and shapes to the signature)."""
         keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
         signature = inspect.Signature([inspect.Parameter(n, keyword) for n in ["self", *names]])
@@ -56,7 +57,7 @@ class ModelStep(torch.nn.Module):
             return cls.forward(self, **tensors)
 
         forward.__signature__ = signature
-        return type(cls.__name__, (cls,), {"forward": forward})(model, names)
+        return type(cls.__name__, (cls,), {"forward": forward})(model, names, returned)
 
 
 def uses_steps(model) -> bool:
@@ -100,15 +101,23 @@ def _standard_positions(mask: torch.Tensor, length: int) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)[:, -length:]
 
 
-def _check_step(call: Call, batch: dict, prefill: bool) -> None:
-    """A step's tensors are ones the runtime can give it, else one line."""
-    for name, value in call.kwargs.items():
-        if not isinstance(value, torch.Tensor) or name in STEP_INPUTS + MADE_INSIDE:
-            continue
-        if name not in batch or not torch.equal(value, batch[name]):
-            kind = "the prompt's step" if prefill else "decode steps"
-            raise ExportError(f"generate passes {name} to the model on {kind}, which is not one of the processor's "
-                              "tensors (the model feeds its own outputs back): this model's export is not supported")
+def step_rule(name: str, value: torch.Tensor, batch: dict, new: int, carried: dict) -> str:
+    """How the runtime makes a step's tensor `name`: "prompt" (the processor's, as it is), "prompt_last" (the
+    processor's at the step's last `new` positions: Idefics' image attention mask) or "output:<name>" (an output
+    of the prompt's step, fed back: Idefics' image states); else one line."""
+    given = batch.get(name)
+    if given is not None and torch.equal(value, given):
+        return "prompt"
+    if given is not None and given.dim() > 1 and torch.equal(value, given[:, -new:]):
+        return "prompt_last"
+    for key, out in carried.items():
+        if isinstance(out, torch.Tensor) and out.shape == value.shape and torch.equal(out, value):
+            return f"output:{key}"
+    raise ExportError(f"generate passes {name} to the model, which is neither one of the processor's tensors nor an "
+                      "output of the prompt's step: this model's export is not supported")
+
+
+def _check_positions(call: Call) -> None:
     positions, mask = call.kwargs.get("position_ids"), call.kwargs["attention_mask"]
     real = mask[:, -call.kwargs["input_ids"].shape[1]:] == 1  # padding's positions differ by version; nothing reads them
     if positions is not None and not torch.equal(positions[real],
@@ -119,36 +128,51 @@ def _check_step(call: Call, batch: dict, prefill: bool) -> None:
 
 def observe_steps(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
     """Greedy `generate` on `step_batches` under observation: (plan, layout, the first batch's new tokens), as
-    `observe_vlm` returns them."""
+    `observe_vlm` returns them. The layout's `decode_inputs` say how the runtime makes each decode-step tensor
+    besides ids, mask, positions and past (`step_rule`)."""
     batches = step_batches(model, processor, image, prompt)
-    prefill, decode, tokens = [], [], None
+    prefill, decode, tokens, rules = [], [], None, {}
     for batch in batches:
         with observe(model) as obs, torch.no_grad():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
         tokens = out[:, batch["input_ids"].shape[1]:] if tokens is None else tokens
-        if not obs.calls:
-            raise ExportError(f"generate never called {type(model).__name__}.forward (it runs other modules): this "
-                              "model's export is not supported")
+        if not obs.calls or not _is_prefill(obs.calls[0]):
+            raise ExportError(f"generate never called {type(model).__name__}.forward on the prompt (it runs other "
+                              "modules): this model's export is not supported")
         prompt_mask = batch.get("attention_mask", torch.ones_like(batch["input_ids"]))
+        carried = {k: v for k, v in obs.calls[0].outputs.items() if k not in ("logits", "past_key_values")}
         for step, call in enumerate(obs.calls):
-            first = _is_prefill(call)
+            first = step == 0
             if call.kwargs.get("attention_mask") is None:  # transformers 5 drops an all-ones mask: the graphs take one
                 grown = torch.ones(prompt_mask.shape[0], step, dtype=prompt_mask.dtype)  # (the cache may hold more)
                 call.kwargs["attention_mask"] = torch.cat([prompt_mask, grown], dim=1)
-            _check_step(call, batch, first)
+            _check_positions(call)
             kwargs = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor) and k not in MADE_INSIDE}
-            if not first:
-                kwargs["past_key_values"] = call.kwargs["past_key_values"]
+            for name, value in kwargs.items():
+                if name in STEP_INPUTS:
+                    continue
+                rule = step_rule(name, value, batch, call.kwargs["input_ids"].shape[1], {} if first else carried)
+                if not first and rules.setdefault(name, rule) != rule:
+                    raise ExportError(f"generate passes {name} to the model differently from step to step: this "
+                                      "model's export is not supported")
             outputs = {"logits": call.outputs.logits[:, -1:], "past_key_values": call.outputs.past_key_values}
+            if first:
+                outputs.update(carried)
+            else:
+                kwargs["past_key_values"] = call.kwargs["past_key_values"]
             (prefill if first else decode).append(Call(kwargs, outputs))
+    fed_back = sorted({rule.removeprefix("output:") for rule in rules.values() if rule.startswith("output:")})
+    for call in prefill:  # the prompt's step returns only the outputs decode steps read
+        call.outputs = {k: v for k, v in call.outputs.items() if k in ("logits", "past_key_values", *fed_back)}
     plan = {}
     for name, calls in (("prefill_model", prefill), ("decoder_model", decode)):
         names = list(dict.fromkeys(k for c in calls for k in c.kwargs))
         if any(set(c.kwargs) != set(names) for c in calls):
             raise ExportError(f"generate passes different tensors on its {name.split('_')[0]} steps: this model's "
                               "export is not supported")
-        plan[name] = (InputObserver(ModelStep.taking(model, names), name, calls=calls), names, {})
-    layout = {"model_type": model.config.model_type, "steps": True,
+        step = ModelStep.taking(model, names, fed_back if name == "prefill_model" else [])
+        plan[name] = (InputObserver(step, name, calls=calls), names, {})
+    layout = {"model_type": model.config.model_type, "steps": True, "decode_inputs": rules,
               "components": {name: f"{name}/model.onnx" for name in plan}}
     return plan, layout, tokens
 

@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_deepstack,
     transformers_git,
     transformers_gqa,
+    transformers_idefics,
     transformers_jamba,
     transformers_mamba,
     transformers_masks,

@@ -30,6 +30,7 @@ class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
                  "pixel_values": pixel_values}
         if not prefill:
             given.update(zip(self.key_value_input_names, (t for pair in past_key_values for t in pair)))
+            given.update(self._decode_inputs(given, input_ids.shape[1]))
         missing = [n for n in graph.input_names if given.get(n) is None]
         if missing:
             step = "prompt" if prefill else "decode-step"
@@ -39,8 +40,34 @@ class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
             self._check_fixed(name, graph.input_shapes[name], given[name])
         out = graph(**{n: given[n] for n in graph.input_names})
         self._past_tokens = attention_mask.shape[1]
+        if prefill:  # the outputs decode steps read back (Idefics' image states)
+            self._fed_back = {n: v for n, v in out.items() if not n.startswith(PRESENT) and n != "logits"}
         present = _pairs([out[n.replace(PAST, PRESENT, 1)] for n in self.key_value_input_names])
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+
+    def _decode_inputs(self, given: dict, new: int) -> dict[str, torch.Tensor]:
+        """A decode step's tensors by the layout's rules: the prompt's (as `generate` passes it along), the prompt's
+        at the step's last positions, or an output of the prompt's step."""
+        made = {}
+        for name, rule in self.layout.get("decode_inputs", {}).items():
+            if rule.startswith("output:"):
+                made[name] = self._fed_back[rule.removeprefix("output:")]
+            elif given.get(name) is not None:
+                made[name] = given[name][:, -new:] if rule == "prompt_last" else given[name]
+        return made
+
+    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
+        """The processor's tensors the graphs take (Idefics' `image_attention_mask`) are this model's inputs too:
+        `forward` takes them by `**kwargs`, which transformers' check does not look into."""
+        taken = {n for part in self.components.values() for n in part.input_names}
+        own = {k: model_kwargs.pop(k) for k in list(model_kwargs) if k in taken}
+        super()._validate_model_kwargs(model_kwargs)
+        model_kwargs.update(own)
+
+    def _reorder_cache(self, past_key_values: tuple, beam_idx: torch.LongTensor) -> tuple:
+        """Beams reorder the past and the prompt step's outputs that decode steps read."""
+        self._fed_back = {k: v.index_select(0, beam_idx.to(v.device)) for k, v in self._fed_back.items()}
+        return ORTModelForImageTextToText._reorder_cache(past_key_values, beam_idx)
 
     @staticmethod
     def _check_fixed(name: str, dims: list, value: torch.Tensor) -> None:

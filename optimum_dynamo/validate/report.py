@@ -87,10 +87,13 @@ def position_axes(session) -> dict[str, int]:
 
 
 def token_axis(name: str, shape: tuple[int, ...], positions: dict[str, int], feed: dict[str, torch.Tensor]) -> int | None:
-    """The output axis that indexes the input tokens: named so (`position_axes`), else axis 1 when it has
-    the batch and length of `input_ids` (an output whose sequence axis got no name still skips padding)."""
+    """The output axis that indexes the input tokens: named so (`position_axes`), else a cache's positions (axis 2
+    of `present.*`), else axis 1 when it has the batch and length of `input_ids` (an output whose sequence axis got
+    no name still skips padding)."""
     if name in positions:
         return positions[name]
+    if name.startswith("present.") and len(shape) == 4:  # a cache (batch, heads, positions, head size)
+        return 2
     ids = feed.get("input_ids")
     if ids is not None and ids.dim() == 2 and len(shape) >= 2 and tuple(shape[:2]) == tuple(ids.shape):
         return 1
