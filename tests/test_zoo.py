@@ -47,6 +47,8 @@ RESIZED_REFUSED = {
     "git": "pixel_values of shape (2, 3, 64, 64): the exported graph takes (batch_size, 3, 32, 32), its numbers fixed "
            "at export; resize the images with the model's processor",
 }
+# then beams and sampling through ORTModelForImageTextToText on the row's export, against PyTorch's
+OTHER_GENERATION = {"git", "idefics"}
 # rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
 NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
 
@@ -63,6 +65,8 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
         pytest.skip(f"PyTorch's generate fails on the tiny {model_type} with transformers {transformers.__version__}")
     row = zoo.run_one(model_type, tmp_path, kind)
     assert row["viable"] and row.get("outcome", row.get("status")) == outcome, row
+    if model_type in OTHER_GENERATION:
+        check_other_generation(tmp_path / model_type)
     if model_type in REFUSED_WITHOUT or model_type in RESIZED_REFUSED:
         import torch
 
@@ -80,6 +84,26 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
             with pytest.raises(ValueError) as refused:
                 model.generate(**{**inputs, "pixel_values": resized}, max_new_tokens=2)
             assert str(refused.value) == RESIZED_REFUSED[model_type]
+
+
+def check_other_generation(directory):
+    """Beam search (with several sequences returned) and top-k sampling under one seed: ORTModelForImageTextToText's
+    tokens equal PyTorch's on the row's left-padded batch."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from optimum_dynamo import ORTModelForImageTextToText
+
+    inputs = torch.load(directory / "reference.pt")["inputs"]
+    models = (AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval(),
+              ORTModelForImageTextToText.from_pretrained(directory / "onnx"))
+    for options in (dict(num_beams=3, num_return_sequences=2), dict(do_sample=True, top_k=5)):
+        tokens = []
+        for model in models:
+            torch.manual_seed(0)
+            with torch.no_grad():
+                tokens.append(model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, **options))
+        assert torch.equal(*tokens), options
 
 
 def test_zero_linears_are_drawn():

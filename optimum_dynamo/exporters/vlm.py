@@ -42,6 +42,8 @@ from .base import ExportContext, _load_model, _tasks_auto_class
 from .component import Component
 from .image_features import default_image, image_components, image_sizes, other_image
 from .observed import ObservedOnnxExporter
+from .vlm_prompts import default_prompt, image_placeholder, image_token, processor_inputs  # noqa: F401 (public here too)
+from .vlm_steps import observe_steps
 
 logger = logging.getLogger(__name__)
 
@@ -131,38 +133,6 @@ class VlmExport:
 def image_token_id(config) -> int:
     value = getattr(config, "image_token_id", None)
     return value if value is not None else config.image_token_index
-
-
-def image_token(processor) -> str | None:
-    """The processor's image token: its `image_token`, else the token of its `image_token_id` (Idefics)."""
-    token = getattr(processor, "image_token", None)
-    if token is None and isinstance(getattr(processor, "image_token_id", None), int):
-        token = processor.tokenizer.convert_ids_to_tokens(processor.image_token_id)
-    return token
-
-
-def image_placeholder(processor, config=None) -> str:
-    """The processor's image placeholder (Gemma3: `boi_token`, LLaVA: `image_token`), between the vision start
-    and end tokens where the config has them (Qwen2-VL: transformers 4 finds images by their start token)."""
-    placeholder = getattr(processor, "boi_token", None) or image_token(processor)
-    start, end = (getattr(config, f"vision_{edge}_token_id", None) for edge in ("start", "end"))
-    if start is not None and end is not None:
-        start, end = processor.tokenizer.convert_ids_to_tokens([start, end])
-        placeholder = f"{start}{placeholder}{end}"
-    return placeholder
-
-
-def default_prompt(processor, config=None) -> str:
-    """A short prompt with the processor's image placeholder."""
-    return f"the quick {image_placeholder(processor, config)} brown fox"
-
-
-def processor_inputs(model, processor, image, prompt, **options) -> dict[str, torch.Tensor]:
-    """The processor's tensors that `model.forward` takes (tokenizers may add token types it does not);
-    `options` go to the processor (`padding=True` for a batch of prompts)."""
-    params = inspect.signature(model.forward).parameters
-    batch = processor(images=image, text=prompt, return_tensors="pt", **options)
-    return {k: v for k, v in batch.items() if k in params}
 
 
 def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tensor | None,
@@ -309,6 +279,20 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set
     return parts
 
 
+def uses_steps(model) -> bool:
+    """Whether the model's images reach its text other than as rows replacing image tokens: no inner model
+    holding a language model (the input embeddings) and a vision tower (GIT, Idefics). Those export as the
+    model's own steps (`vlm_steps`)."""
+    inner = getattr(model, "model", None)
+    if not isinstance(inner, torch.nn.Module):
+        return True
+    try:
+        inner_parts(inner, model.get_input_embeddings())
+    except ExportError:
+        return True
+    return False
+
+
 def observed_parts(model, inputs: dict, max_new_tokens: int) -> tuple[dict, torch.Tensor]:
     """A greedy `generate` with every child of the inner model observed: (observers by role — `top`, `embed`,
     `language`, `vision`, `projector` where there is one —, the tokens). Roles go to the children it ran."""
@@ -426,8 +410,6 @@ class VlmOnnxExporter(ObservedOnnxExporter):
             raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
 
     def components(self, ctx: ExportContext) -> list[Component]:
-        from .vlm_steps import observe_steps, uses_steps
-
         observe_model = observe_steps if uses_steps(ctx.model) else observe_vlm  # GIT: the model's own steps
         self.parts, self.layout, self.tokens = observe_model(ctx.model, ctx.processor, self.image, self.prompt,
                                                              self.max_new_tokens)

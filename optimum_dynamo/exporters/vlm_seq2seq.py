@@ -13,7 +13,8 @@ from ..capture.drivers import drive_seq2seq_generation
 from .base import ExportContext
 from .image_features import default_image
 from .seq2seq import Seq2SeqOnnxExporter
-from .vlm import default_prompt, load_processor, processor_inputs
+from .vlm import load_processor
+from .vlm_prompts import default_prompt, processor_inputs
 
 
 def image_text_batches(model, processor) -> list[dict]:

@@ -20,7 +20,7 @@ import torch
 from ..capture import Call, InputObserver, observe
 from ..errors import ExportError
 from .image_features import default_image
-from .vlm import image_token, processor_inputs
+from .vlm_prompts import image_token, processor_inputs
 
 STEP_INPUTS = ("input_ids", "attention_mask", "position_ids", "past_key_values")  # what the runtime makes per step
 MADE_INSIDE = ("cache_position",)  # rebuilt by `ModelStep` from the past's length
@@ -58,21 +58,6 @@ class ModelStep(torch.nn.Module):
 
         forward.__signature__ = signature
         return type(cls.__name__, (cls,), {"forward": forward})(model, names, returned)
-
-
-def uses_steps(model) -> bool:
-    """Whether the model's images reach its text other than as rows replacing image tokens: no inner model
-    holding a language model (the input embeddings) and a vision tower (GIT, Idefics)."""
-    from .vlm import inner_parts
-
-    inner = getattr(model, "model", None)
-    if not isinstance(inner, torch.nn.Module):
-        return True
-    try:
-        inner_parts(inner, model.get_input_embeddings())
-    except ExportError:
-        return True
-    return False
 
 
 def step_batches(model, processor, image=None, prompt: str | None = None) -> list[dict]:
@@ -177,4 +162,4 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
     return plan, layout, tokens
 
 
-__all__ = ["ModelStep", "observe_steps", "step_batches", "uses_steps"]
+__all__ = ["ModelStep", "observe_steps", "step_batches", "step_rule"]

@@ -37,6 +37,8 @@ from transformers import AutoModelForImageTextToText, GenerationConfig
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from .image_text_to_text_steps import ModelSteps
+
 VLM_FILE = "vlm.json"
 MANIFEST_FILE = "optimum_dynamo.json"
 PAST, PRESENT = "past_key_values.", "present."
@@ -143,8 +145,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
                 generation_config = GenerationConfig.from_pretrained(model_id, subfolder=subfolder, **hub)
             except OSError:
                 generation_config = GenerationConfig.from_model_config(config)
-        if layout.get("steps"):  # GIT: the model's own forward, a graph per kind of step
-            from .image_text_to_text_steps import ORTModelForImageTextToTextSteps as cls
+        if layout.get("steps"):  # GIT, Idefics: the model's own forward, a graph per kind of step
+            cls = ORTModelForImageTextToTextSteps
         return cls(config=config, sessions=sessions, layout=layout, generation_config=generation_config,
                    model_save_dir=model_save_dir or layout_path.parent, preprocessors=_processors(layout_path.parent))
 
@@ -375,8 +377,15 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if self.uses_token_types:
             feed["token_type_ids"] = self._token_types(input_ids, token_type_ids, prefill, total)
         out = self.decoder(**feed)
-        present = _pairs([out[n.replace(PAST, PRESENT, 1)] for n in self.key_value_input_names])
+        present, _ = self._split_outputs(out)
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+
+    def _split_outputs(self, out: dict[str, torch.Tensor]) -> tuple[tuple, dict[str, torch.Tensor]]:
+        """A graph's outputs: the present as (key, value) pairs in the past's input order, and the others but the
+        logits."""
+        present = [n.replace(PAST, PRESENT, 1) for n in self.key_value_input_names]
+        others = {n: v for n, v in out.items() if n != "logits" and n not in present}
+        return _pairs([out[n] for n in present]), others
 
     def _token_types(self, input_ids, token_type_ids, prefill: bool, total: int) -> torch.Tensor:
         """Types over the whole sequence (1 at image tokens of the prompt). A decode step's new tokens are
@@ -433,6 +442,11 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
 
     def get_experts_implementation(self) -> dict:
         return {}
+
+
+class ORTModelForImageTextToTextSteps(ModelSteps, ORTModelForImageTextToText):
+    """What `ORTModelForImageTextToText.from_pretrained` returns when `vlm.json` says `"steps": true` (GIT, Idefics:
+    the model's own forward as a prompt graph and a decode-step graph)."""
 
 
 def _pairs(tensors: list[torch.Tensor]) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:

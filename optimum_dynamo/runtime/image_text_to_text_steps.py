@@ -1,18 +1,18 @@
-"""`ORTModelForImageTextToText` for exports whose graphs are the model's own forward per kind of step
-(`exporters/vlm_steps.py`, GIT): `prefill_model` on the prompt, `decoder_model` on each new token. Each graph is
-fed the inputs it names: ids, the attention mask, positions from the mask, the past, and the processor's tensors
-that `generate` passes along (`pixel_values`, on every step where transformers 4.57's GIT reads them again)."""
+"""The steps of `ORTModelForImageTextToText` for exports whose graphs are the model's own forward per kind of step
+(`exporters/vlm_steps.py`: GIT, Idefics): `prefill_model` on the prompt, `decoder_model` on each new token. Each
+graph is fed the inputs it names: ids, the attention mask, positions from the mask, the past, the processor's
+tensors that `generate` passes along, and the prompt step's outputs that decode steps read (`vlm.json`'s
+`decode_inputs`). A mixin: `image_text_to_text.ORTModelForImageTextToTextSteps` puts it before the class."""
 
 from __future__ import annotations
 
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from .image_text_to_text import PAST, PRESENT, ORTModelForImageTextToText, _pairs
 
-
-class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
-    """Loaded by `ORTModelForImageTextToText.from_pretrained` when `vlm.json` says `"steps": true`."""
+class ModelSteps:
+    """`forward` and what `generate` asks besides, over the two step graphs (the class it mixes into has the
+    components, the past's input names and `_split_outputs`)."""
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.LongTensor | None = None,
                 pixel_values: torch.FloatTensor | None = None, past_key_values: tuple | None = None,
@@ -40,9 +40,9 @@ class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
             self._check_fixed(name, graph.input_shapes[name], given[name])
         out = graph(**{n: given[n] for n in graph.input_names})
         self._past_tokens = attention_mask.shape[1]
+        present, others = self._split_outputs(out)
         if prefill:  # the outputs decode steps read back (Idefics' image states)
-            self._fed_back = {n: v for n, v in out.items() if not n.startswith(PRESENT) and n != "logits"}
-        present = _pairs([out[n.replace(PAST, PRESENT, 1)] for n in self.key_value_input_names])
+            self._fed_back = others
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
 
     def _decode_inputs(self, given: dict, new: int) -> dict[str, torch.Tensor]:
@@ -67,7 +67,7 @@ class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
     def _reorder_cache(self, past_key_values: tuple, beam_idx: torch.LongTensor) -> tuple:
         """Beams reorder the past and the prompt step's outputs that decode steps read."""
         self._fed_back = {k: v.index_select(0, beam_idx.to(v.device)) for k, v in self._fed_back.items()}
-        return ORTModelForImageTextToText._reorder_cache(past_key_values, beam_idx)
+        return super()._reorder_cache(past_key_values, beam_idx)
 
     @staticmethod
     def _check_fixed(name: str, dims: list, value: torch.Tensor) -> None:
@@ -78,4 +78,4 @@ class ORTModelForImageTextToTextSteps(ORTModelForImageTextToText):
                              f"its numbers fixed at export{hint}")
 
 
-__all__ = ["ORTModelForImageTextToTextSteps"]
+__all__ = ["ModelSteps"]
