@@ -79,6 +79,9 @@ OVERRIDES: dict[str, tuple[dict, str]] = {
                "num_heads a multiple of n_groups"),
     "zamba": ({"num_hidden_layers": 5, "attn_layer_period": 2, "attn_layer_offset": 1},
               "its shared attention block is tied across hybrid layers: the pattern needs two"),
+    "kosmos-2": ({"text_config": dict(vocab_size=128, embed_dim=32, layers=2, attention_heads=4, ffn_dim=64,
+                                      max_position_embeddings=128)},
+                 "its text config names its width and depth embed_dim and layers, which the shrink does not know"),
 }
 
 

@@ -111,33 +111,99 @@ def _check_positions(call: Call) -> None:
                           "is not supported")
 
 
+class ImageStates(torch.nn.Module):
+    """The model's own `generate` on the pixels, up to the call of its text model's `generate`: the tensor it passes
+    there as `name` (Kosmos-2's `image_embeds`, computed from the pixels by the vision tower and the projection)."""
+
+    def __init__(self, model: torch.nn.Module, stepper: torch.nn.Module, name: str):
+        super().__init__()
+        self.model, self.stepper, self.name = model, stepper, name
+
+    def forward(self, pixel_values):
+        def given(**kwargs):  # the text model's generate, not run: what it was given
+            return kwargs[self.name]
+
+        self.stepper.generate = given
+        try:
+            return self.model.generate(pixel_values=pixel_values)
+        finally:
+            del self.stepper.generate
+
+
+def stepped_generate(model, batch: dict, max_new_tokens: int):
+    """Greedy `generate` on `batch`, observed: (the module it stepped, its calls, the new tokens). The module is the
+    model, or the child whose own `generate` the model's called (Kosmos-2's text model)."""
+    from transformers.generation import GenerationMixin
+
+    children = {n: m for n, m in model.named_children() if isinstance(m, GenerationMixin)}
+    with observe(model, **{f"child:{n}": m for n, m in children.items()}) as obs, torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+    observers = obs if isinstance(obs, dict) else {"model": obs}  # the model first
+    called = [name for name, observer in observers.items() if observer.calls]
+    if not called or not _is_prefill(observers[called[0]].calls[0]):
+        raise ExportError(f"generate never called {type(model).__name__}.forward, or one text model's, on the prompt "
+                          "(it runs other modules): this model's export is not supported")
+    stepper = observers[called[0]]
+    return stepper.module, stepper.calls, out[:, batch["input_ids"].shape[1]:]
+
+
+def prompt_rules(model, stepper, call: Call, batch: dict, image_calls: list[Call]) -> dict[str, str]:
+    """How the runtime makes the prompt step's tensors besides ids, mask and positions: the processor's, or
+    "image_states" (the image graph's output on the processor's pixels: `ImageStates`, what the model's `generate`
+    computes before its text model's). The step takes the
+    processor's ids and mask as they are (BLIP's `generate` rewrites the prompt: refused)."""
+    for name in ("input_ids", "attention_mask"):
+        if name in batch and not torch.equal(call.kwargs[name], batch[name]):
+            raise ExportError(f"generate gives the model a prompt other than the processor's {name} (it rewrites the "
+                              "prompt): this model's export is not supported")
+    rules = {}
+    for name, value in call.kwargs.items():
+        if not isinstance(value, torch.Tensor) or name in STEP_INPUTS + MADE_INSIDE:
+            continue
+        if name in batch and torch.equal(value, batch[name]):
+            continue
+        if stepper is not model and "pixel_values" in batch:
+            with torch.no_grad():
+                states = ImageStates(model, stepper, name)(batch["pixel_values"])
+            if isinstance(states, torch.Tensor) and states.shape == value.shape and torch.equal(states, value):
+                image_calls.append(Call({"pixel_values": batch["pixel_values"]}, states))
+                rules[name] = "image_states"
+                continue
+        raise ExportError(f"generate passes {name} to the model on the prompt, which is neither one of the processor's "
+                          "tensors nor the model's image features: this model's export is not supported")
+    return rules
+
+
 def observe_steps(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
     """Greedy `generate` on `step_batches` under observation: (plan, layout, the first batch's new tokens), as
-    `observe_vlm` returns them. The layout's `decode_inputs` say how the runtime makes each decode-step tensor
-    besides ids, mask, positions and past (`step_rule`)."""
-    batches = step_batches(model, processor, image, prompt)
-    prefill, decode, tokens, rules = [], [], None, {}
-    for batch in batches:
-        with observe(model) as obs, torch.no_grad():
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
-        tokens = out[:, batch["input_ids"].shape[1]:] if tokens is None else tokens
-        if not obs.calls or not _is_prefill(obs.calls[0]):
-            raise ExportError(f"generate never called {type(model).__name__}.forward on the prompt (it runs other "
-                              "modules): this model's export is not supported")
+    `observe_vlm` returns them. The layout's `prefill_inputs` and `decode_inputs` say how the runtime makes each
+    step's tensors besides ids, mask, positions and past (`prompt_rules`, `step_rule`)."""
+    prefill, decode, image_calls, tokens, rules, first_rules, stepper = [], [], [], None, {}, None, None
+    for batch in step_batches(model, processor, image, prompt):
+        module, calls, new = stepped_generate(model, batch, max_new_tokens)
+        if stepper not in (None, module):
+            raise ExportError("generate steps different modules from prompt to prompt: this model's export is not supported")
+        stepper, tokens = module, new if tokens is None else tokens
         prompt_mask = batch.get("attention_mask", torch.ones_like(batch["input_ids"]))
-        carried = {k: v for k, v in obs.calls[0].outputs.items() if k not in ("logits", "past_key_values")}
-        for step, call in enumerate(obs.calls):
+        carried = {k: v for k, v in calls[0].outputs.items() if k not in ("logits", "past_key_values")}
+        for step, call in enumerate(calls):
             first = step == 0
             if call.kwargs.get("attention_mask") is None:  # transformers 5 drops an all-ones mask: the graphs take one
                 grown = torch.ones(prompt_mask.shape[0], step, dtype=prompt_mask.dtype)  # (the cache may hold more)
                 call.kwargs["attention_mask"] = torch.cat([prompt_mask, grown], dim=1)
             _check_positions(call)
             kwargs = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor) and k not in MADE_INSIDE}
+            if first:
+                found = prompt_rules(model, stepper, call, batch, image_calls)
+                if first_rules not in (None, found):
+                    raise ExportError("generate passes different tensors on the prompts' steps: this model's export "
+                                      "is not supported")
+                first_rules = found
             for name, value in kwargs.items():
-                if name in STEP_INPUTS:
+                if first or name in STEP_INPUTS:
                     continue
-                rule = step_rule(name, value, batch, call.kwargs["input_ids"].shape[1], {} if first else carried)
-                if not first and rules.setdefault(name, rule) != rule:
+                rule = step_rule(name, value, batch, call.kwargs["input_ids"].shape[1], carried)
+                if rules.setdefault(name, rule) != rule:
                     raise ExportError(f"generate passes {name} to the model differently from step to step: this "
                                       "model's export is not supported")
             outputs = {"logits": call.outputs.logits[:, -1:], "past_key_values": call.outputs.past_key_values}
@@ -150,16 +216,23 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
     for call in prefill:  # the prompt's step returns only the outputs decode steps read
         call.outputs = {k: v for k, v in call.outputs.items() if k in ("logits", "past_key_values", *fed_back)}
     plan = {}
+    if image_calls:
+        states = [name for name, rule in first_rules.items() if rule == "image_states"]
+        if len(states) != 1:
+            raise ExportError(f"generate computes {states} from the pixels before its text model's: this model's "
+                              "export is not supported")
+        module = ImageStates(model, stepper, states[0])
+        plan["image_states"] = (InputObserver(module, "image_states", calls=image_calls), ["pixel_values"], {})
     for name, calls in (("prefill_model", prefill), ("decoder_model", decode)):
         names = list(dict.fromkeys(k for c in calls for k in c.kwargs))
         if any(set(c.kwargs) != set(names) for c in calls):
             raise ExportError(f"generate passes different tensors on its {name.split('_')[0]} steps: this model's "
                               "export is not supported")
-        step = ModelStep.taking(model, names, fed_back if name == "prefill_model" else [])
+        step = ModelStep.taking(stepper, names, fed_back if name == "prefill_model" else [])
         plan[name] = (InputObserver(step, name, calls=calls), names, {})
-    layout = {"model_type": model.config.model_type, "steps": True, "decode_inputs": rules,
-              "components": {name: f"{name}/model.onnx" for name in plan}}
+    layout = {"model_type": model.config.model_type, "steps": True, "prefill_inputs": first_rules,
+              "decode_inputs": rules, "components": {name: f"{name}/model.onnx" for name in plan}}
     return plan, layout, tokens
 
 
-__all__ = ["ModelStep", "observe_steps", "step_batches", "step_rule"]
+__all__ = ["ImageStates", "ModelStep", "observe_steps", "prompt_rules", "step_batches", "step_rule", "stepped_generate"]

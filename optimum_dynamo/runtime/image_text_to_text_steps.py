@@ -28,7 +28,9 @@ class ModelSteps:
             position_ids = position_ids[:, -input_ids.shape[1]:]
         given = {**kwargs, "input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
                  "pixel_values": pixel_values}
-        if not prefill:
+        if prefill:
+            given.update(self._prompt_inputs(pixel_values))
+        else:
             given.update(zip(self.key_value_input_names, (t for pair in past_key_values for t in pair)))
             given.update(self._decode_inputs(given, input_ids.shape[1]))
         missing = [n for n in graph.input_names if given.get(n) is None]
@@ -44,6 +46,14 @@ class ModelSteps:
         if prefill:  # the outputs decode steps read back (Idefics' image states)
             self._fed_back = others
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+
+    def _prompt_inputs(self, pixel_values: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The prompt step's tensors the image graph makes (Kosmos-2's `image_embeds`, from the pixels)."""
+        made = {}
+        for name, rule in (self.layout.get("prefill_inputs") or {}).items():
+            if rule == "image_states" and pixel_values is not None:
+                made[name] = self.components["image_states"](pixel_values=pixel_values)["output"]
+        return made
 
     def _decode_inputs(self, given: dict, new: int) -> dict[str, torch.Tensor]:
         """A decode step's tensors by the layout's rules: the prompt's (as `generate` passes it along), the prompt's
