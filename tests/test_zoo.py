@@ -42,11 +42,15 @@ REFUSED_WITHOUT = {
                                                     "processor's) beside pixel_values"),
     "git": ("pixel_values", "this export's prompt graph reads pixel_values: pass the processor's (a prompt without an "
                             "image is not supported by this export)"),
+    "kosmos-2": ("pixel_values", "this export's prompt graph reads pixel_values: pass the processor's (a prompt without "
+                                 "an image is not supported by this export)"),  # the image graph makes its image_embeds
 }
 # then the row's export given images of another size than its graphs take: the error
 RESIZED_REFUSED = {
     "git": "pixel_values of shape (2, 3, 64, 64): the exported graph takes (batch_size, 3, 32, 32), its numbers fixed "
            "at export; resize the images with the model's processor",
+    "kosmos-2": "pixel_values of shape (2, 3, 64, 64): the exported graph takes (batch_size, 3, 32, 32), its numbers "
+                "fixed at export; resize the images with the model's processor",
 }
 # then beams and sampling through ORTModelForImageTextToText on the row's export, against PyTorch's
 OTHER_GENERATION = {"git", "idefics", "kosmos-2"}

@@ -33,7 +33,9 @@ class ModelSteps:
         else:
             given.update(zip(self.key_value_input_names, (t for pair in past_key_values for t in pair)))
             given.update(self._decode_inputs(given, input_ids.shape[1]))
-        missing = [n for n in graph.input_names if given.get(n) is None]
+        made = (self.layout.get("prefill_inputs") or {}) if prefill else {}
+        missing = list(dict.fromkeys("pixel_values" if made.get(n) == "image_states" else n
+                                     for n in graph.input_names if given.get(n) is None))
         if missing:
             step = "prompt" if prefill else "decode-step"
             raise ValueError(f"this export's {step} graph reads {', '.join(missing)}: pass the processor's (a prompt "
@@ -52,7 +54,9 @@ class ModelSteps:
         made = {}
         for name, rule in (self.layout.get("prefill_inputs") or {}).items():
             if rule == "image_states" and pixel_values is not None:
-                made[name] = self.components["image_states"](pixel_values=pixel_values)["output"]
+                graph = self.components["image_states"]
+                self._check_fixed("pixel_values", graph.input_shapes["pixel_values"], pixel_values)
+                made[name] = graph(pixel_values=pixel_values)["output"]
         return made
 
     def _decode_inputs(self, given: dict, new: int) -> dict[str, torch.Tensor]:
