@@ -526,6 +526,22 @@ def _within_shrunk_sizes(config) -> None:
             setattr(config, name, [min(max(i, -depth - 1), depth) for i in layers])  # as many: the projector's width
 
 
+def _own_processor(model_type: str) -> str | None:
+    """The one processor class the model type's own transformers module exports, if the mapping lacks it (a
+    checkpoint names its class in processor_config.json, which AutoProcessor follows: Kosmos-2 on 5.23)."""
+    import importlib
+
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    try:
+        module = importlib.import_module(f"transformers.models.{model_type_to_module_name(model_type)}")
+    except ImportError:
+        return None
+    names = [n for n in getattr(module, "__all__", dir(module)) if n.endswith("Processor")
+             and not n.endswith(("ImageProcessor", "VideoProcessor", "AudioProcessor"))]
+    return names[0] if len(names) == 1 else None
+
+
 def _processor(model_type: str, model, overrides: dict | None = None):
     """The model type's processor class (PROCESSOR_MAPPING_NAMES) over its tiny image processor and the tiny
     tokenizer; the tokenizer gets every special token the processor asks for (its `*_token` arguments' defaults,
@@ -536,9 +552,9 @@ def _processor(model_type: str, model, overrides: dict | None = None):
 
     config = model.config
 
-    name = processing_auto.PROCESSOR_MAPPING_NAMES.get(model_type)
+    name = processing_auto.PROCESSOR_MAPPING_NAMES.get(model_type) or _own_processor(model_type)
     if not name:
-        raise Stage("processor", "no processor class in PROCESSOR_MAPPING_NAMES")
+        raise Stage("processor", "no processor class in PROCESSOR_MAPPING_NAMES or in the model's module")
     cls = _class("processor", name)
     params = inspect.signature(cls.__init__).parameters
     tokens = {k: p.default for k, p in params.items() if k.endswith("_token") and isinstance(p.default, str)}

@@ -1,14 +1,16 @@
-"""Vision-language models whose images do not replace image-token rows (GIT: the image's features are a prefix
-of the text, recomputed from the pixels at every step by transformers 4.57, cached by 5.x): the model's own
-forward, as `generate` calls it, exported as two graphs.
+"""Vision-language models whose images do not replace image-token rows of the prompt's embeddings (GIT: the
+image's features a prefix of the text; Idefics: cross-attention to the image's states; Kosmos-2: its `generate`
+encodes the image, then steps its text model): the forward that `generate` steps, as it calls it, exported as
+graphs per kind of step.
 
-- `prefill_model`: the prompt's step (the processor's tensors, no past) -> the logits of the last position and
-  the cache the model made;
-- `decoder_model`: one new token with the past, plus the processor's tensors that `generate` passes again.
+- `prefill_model`: the prompt's step (the processor's tensors, no past) -> the logits of the last position, the
+  cache the model made, and the outputs decode steps read back;
+- `decoder_model`: one new token with the past, plus what `generate` passes again;
+- `image_states` (Kosmos-2): what the model's `generate` computes from the pixels before its text model's.
 
-`vlm.json` says `"steps": true`; `ORTModelForImageTextToText` feeds each graph the inputs it names. A decode
-step's tensors must be ones the runtime has (ids, mask, positions from the mask, past, the prompt's own tensors):
-a model that feeds its own outputs back (Idefics' image states) is refused at export, in one line.
+`vlm.json` says `"steps": true` and how the runtime (`ORTModelForImageTextToText`) makes each step's tensors
+besides ids, mask, positions and past (`prefill_inputs`, `decode_inputs`). Anything else `generate` passes is
+refused at export, in one line.
 """
 
 from __future__ import annotations
@@ -191,7 +193,6 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
             if call.kwargs.get("attention_mask") is None:  # transformers 5 drops an all-ones mask: the graphs take one
                 grown = torch.ones(prompt_mask.shape[0], step, dtype=prompt_mask.dtype)  # (the cache may hold more)
                 call.kwargs["attention_mask"] = torch.cat([prompt_mask, grown], dim=1)
-            _check_positions(call)
             kwargs = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor) and k not in MADE_INSIDE}
             if first:
                 found = prompt_rules(model, stepper, call, batch, image_calls)
@@ -199,6 +200,7 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
                     raise ExportError("generate passes different tensors on the prompts' steps: this model's export "
                                       "is not supported")
                 first_rules = found
+            _check_positions(call)
             for name, value in kwargs.items():
                 if first or name in STEP_INPUTS:
                     continue
