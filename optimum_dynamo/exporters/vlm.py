@@ -281,8 +281,8 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set
 
 def uses_steps(model) -> bool:
     """Whether the model's images reach its text other than as rows replacing image tokens: no inner model
-    holding a language model (the input embeddings) and a vision tower (GIT, Idefics). Those export as the
-    model's own steps (`vlm_steps`)."""
+    holding a language model (the input embeddings) and a vision tower (GIT, Idefics, Kosmos-2). Those export as
+    the forward `generate` steps (`vlm_steps`)."""
     inner = getattr(model, "model", None)
     if not isinstance(inner, torch.nn.Module):
         return True
@@ -410,7 +410,7 @@ class VlmOnnxExporter(ObservedOnnxExporter):
             raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
 
     def components(self, ctx: ExportContext) -> list[Component]:
-        observe_model = observe_steps if uses_steps(ctx.model) else observe_vlm  # GIT: the model's own steps
+        observe_model = observe_steps if uses_steps(ctx.model) else observe_vlm  # GIT: the stepped forward
         self.parts, self.layout, self.tokens = observe_model(ctx.model, ctx.processor, self.image, self.prompt,
                                                              self.max_new_tokens)
         parts = super().components(ctx)

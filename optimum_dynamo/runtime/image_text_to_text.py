@@ -145,7 +145,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
                 generation_config = GenerationConfig.from_pretrained(model_id, subfolder=subfolder, **hub)
             except OSError:
                 generation_config = GenerationConfig.from_model_config(config)
-        if layout.get("steps"):  # GIT, Idefics: the model's own forward, a graph per kind of step
+        if layout.get("steps"):  # GIT, Idefics, Kosmos-2: the stepped forward, a graph per kind of step
             cls = ORTModelForImageTextToTextSteps
         return cls(config=config, sessions=sessions, layout=layout, generation_config=generation_config,
                    model_save_dir=model_save_dir or layout_path.parent, preprocessors=_processors(layout_path.parent))
@@ -445,8 +445,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
 
 
 class ORTModelForImageTextToTextSteps(ModelSteps, ORTModelForImageTextToText):
-    """What `ORTModelForImageTextToText.from_pretrained` returns when `vlm.json` says `"steps": true` (GIT, Idefics:
-    the model's own forward as a prompt graph and a decode-step graph)."""
+    """What `ORTModelForImageTextToText.from_pretrained` returns when `vlm.json` says `"steps": true` (GIT, Idefics,
+    Kosmos-2: the forward `generate` steps, as a prompt graph and a decode-step graph)."""
 
 
 def _pairs(tensors: list[torch.Tensor]) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:

@@ -1,8 +1,8 @@
 """The steps of `ORTModelForImageTextToText` for exports whose graphs are the model's own forward per kind of step
-(`exporters/vlm_steps.py`: GIT, Idefics): `prefill_model` on the prompt, `decoder_model` on each new token. Each
-graph is fed the inputs it names: ids, the attention mask, positions from the mask, the past, the processor's
-tensors that `generate` passes along, and the prompt step's outputs that decode steps read (`vlm.json`'s
-`decode_inputs`). A mixin: `image_text_to_text.ORTModelForImageTextToTextSteps` puts it before the class."""
+(`exporters/vlm_steps.py`: GIT, Idefics, Kosmos-2): `prefill_model` on the prompt, `decoder_model` on each new
+token. Each graph is fed the inputs it names: ids, the attention mask, positions from the mask, the past, the
+processor's tensors that `generate` passes along, the image graph's output (`prefill_inputs`) and the prompt
+step's outputs that decode steps read (`decode_inputs`). A mixin: `image_text_to_text.ORTModelForImageTextToTextSteps` puts it before the class."""
 
 from __future__ import annotations
 
