@@ -32,9 +32,9 @@ class ModelStep(torch.nn.Module):
     """`model` on one generation step, its tensors by name: the logits of the last position and the cache (the
     model makes an empty one at the prefill)."""
 
-    def __init__(self, model: torch.nn.Module, names: list[str], returned: list[str] = ()):
+    def __init__(self, model: torch.nn.Module, returned: list[str] = ()):
         super().__init__()
-        self.model, self.names, self.returned = model, names, list(returned)  # `returned`: outputs fed back
+        self.model, self.returned = model, list(returned)  # `returned`: outputs decode steps read back
         params = inspect.signature(model.forward).parameters
         self.keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.takes_cache_position = "cache_position" in params
@@ -59,7 +59,7 @@ class ModelStep(torch.nn.Module):
             return cls.forward(self, **tensors)
 
         forward.__signature__ = signature
-        return type(cls.__name__, (cls,), {"forward": forward})(model, names, returned)
+        return type(cls.__name__, (cls,), {"forward": forward})(model, returned)
 
 
 def step_batches(model, processor, image=None, prompt: str | None = None) -> list[dict]:
