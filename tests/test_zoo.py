@@ -41,8 +41,6 @@ REFUSED_WITHOUT = {
                                  "pixel_values (a prompt without an image is not supported by this export)"),
     "deepseek_vl_hybrid": ("high_res_pixel_values", "this model's image graph needs high_res_pixel_values (the "
                                                     "processor's) beside pixel_values"),
-    "git": ("pixel_values", "this export's prompt graph reads pixel_values: pass the processor's (a prompt without an "
-                            "image is not supported by this export)"),
     "kosmos-2": ("pixel_values", "this export's prompt graph reads pixel_values: pass the processor's (a prompt without "
                                  "an image is not supported by this export)"),  # the image graph makes its image_embeds
 }
@@ -55,6 +53,11 @@ RESIZED_REFUSED = {
 }
 # then beams and sampling through ORTModelForImageTextToText on the row's export, against PyTorch's
 OTHER_GENERATION = {"git", "idefics", "kosmos-2"}
+# then two prompts without an image (the model's generate takes them) through the row's export, against PyTorch's
+WITHOUT_IMAGE = {
+    "git": ["a b c", "hello there, how are you today"],  # graphs of their own (text_prefill_model)
+    "idefics": [["a b c"], ["hello there, how are you today"]],  # a prompt is a list; the processor adds pixels
+}
 # rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
 NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
 
@@ -73,6 +76,8 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
     assert row["viable"] and row.get("outcome", row.get("status")) == outcome, row
     if model_type in OTHER_GENERATION:
         check_other_generation(tmp_path / model_type)
+    if model_type in WITHOUT_IMAGE:
+        check_without_image(tmp_path / model_type, WITHOUT_IMAGE[model_type])
     if model_type in REFUSED_WITHOUT or model_type in RESIZED_REFUSED:
         import torch
 
@@ -109,6 +114,33 @@ def check_other_generation(directory):
             torch.manual_seed(0)
             with torch.no_grad():
                 tokens.append(model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, **options))
+        assert torch.equal(*tokens), options
+
+
+def check_without_image(directory, prompts):
+    """A left-padded batch of two `prompts` without an image, greedy and with beams, then the row's prompts with their
+    images again: ORTModelForImageTextToText's tokens equal PyTorch's."""
+    import inspect
+
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from optimum_dynamo import ORTModelForImageTextToText
+
+    models = (AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval(),
+              ORTModelForImageTextToText.from_pretrained(directory / "onnx"))
+    processor = AutoProcessor.from_pretrained(directory / "onnx")
+    processor.tokenizer.padding_side = "left"
+    batch = processor(text=prompts, return_tensors="pt", padding=True)
+    taken = inspect.signature(models[0].forward).parameters
+    text = {k: v for k, v in batch.items() if k in taken}
+    assert text["attention_mask"][0, 0] == 0  # row 0 is padded on the left
+    with_images = torch.load(directory / "reference.pt")["inputs"]
+    for inputs, options in ((text, {}), (text, dict(num_beams=3, num_return_sequences=2)), (with_images, {})):
+        tokens = []
+        for model in models:
+            with torch.no_grad():
+                tokens.append(model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False, **options))
         assert torch.equal(*tokens), options
 
 

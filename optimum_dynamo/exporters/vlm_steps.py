@@ -6,7 +6,9 @@ graphs per kind of step.
 - `prefill_model`: the prompt's step (the processor's tensors, no past) -> the logits of the last position, the
   cache the model made, and the outputs decode steps read back;
 - `decoder_model`: one new token with the past, plus what `generate` passes again;
-- `image_states` (Kosmos-2): what the model's `generate` computes from the pixels before its text model's.
+- `image_states` (Kosmos-2): what the model's `generate` computes from the pixels before its text model's;
+- `text_prefill_model` (and `text_decoder_model` where its decode steps take other tensors, GIT on transformers 4):
+  the same for prompts without an image, where the model's `generate` takes them.
 
 `vlm.json` says `"steps": true` and how the runtime (`ORTModelForImageTextToText`) makes each step's tensors
 besides ids, mask, positions and past (`prefill_inputs`, `decode_inputs`). Anything else `generate` passes is
@@ -18,6 +20,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from legacy_bridge import positions as position_rules
 
 from ..capture import Call, InputObserver, observe
 from ..errors import ExportError
@@ -84,10 +87,6 @@ def _is_prefill(call: Call) -> bool:
     return past is None or past.get_seq_length() == 0
 
 
-def _standard_positions(mask: torch.Tensor, length: int) -> torch.Tensor:
-    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)[:, -length:]
-
-
 def step_rule(name: str, value: torch.Tensor, batch: dict, new: int, carried: dict) -> str:
     """How the runtime makes a step's tensor `name`: "prompt" (the processor's, as it is), "prompt_last" (the
     processor's at the step's last `new` positions: Idefics' image attention mask) or "output:<name>" (an output
@@ -105,10 +104,10 @@ def step_rule(name: str, value: torch.Tensor, batch: dict, new: int, carried: di
 
 
 def _check_positions(call: Call) -> None:
-    positions, mask = call.kwargs.get("position_ids"), call.kwargs["attention_mask"]
-    real = mask[:, -call.kwargs["input_ids"].shape[1]:] == 1  # padding's positions differ by version; nothing reads them
-    if positions is not None and not torch.equal(positions[real],
-                                                 _standard_positions(mask, call.kwargs["input_ids"].shape[1])[real]):
+    given, ids, mask = call.kwargs.get("position_ids"), call.kwargs["input_ids"], call.kwargs["attention_mask"]
+    real = mask[:, -ids.shape[1]:] == 1  # padding's positions differ by version; nothing reads them
+    expected = position_rules.positions("mask", ids, mask, mask.shape[1] - ids.shape[1])
+    if given is not None and not torch.equal(given[real], expected[real]):
         raise ExportError("generate passes position_ids that do not follow the attention mask: this model's export "
                           "is not supported")
 
@@ -152,8 +151,8 @@ def stepped_generate(model, batch: dict, max_new_tokens: int):
 def prompt_rules(model, stepper, call: Call, batch: dict, image_calls: list[Call]) -> dict[str, str]:
     """How the runtime makes the prompt step's tensors besides ids, mask and positions: the processor's, or
     "image_states" (the image graph's output on the processor's pixels: `ImageStates`, what the model's `generate`
-    computes before its text model's). The step takes the
-    processor's ids and mask as they are (BLIP's `generate` rewrites the prompt: refused)."""
+    computes before its text model's). The step takes the processor's ids and mask as they are (BLIP's `generate`
+    rewrites the prompt: refused)."""
     for name in ("input_ids", "attention_mask"):
         if name in batch and not torch.equal(call.kwargs[name], batch[name]):
             raise ExportError(f"generate gives the model a prompt other than the processor's {name} (it rewrites the "
@@ -176,12 +175,33 @@ def prompt_rules(model, stepper, call: Call, batch: dict, image_calls: list[Call
     return rules
 
 
-def observe_steps(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
-    """Greedy `generate` on `step_batches` under observation: (plan, layout, the first batch's new tokens), as
-    `observe_vlm` returns them. The layout's `prefill_inputs` and `decode_inputs` say how the runtime makes each
-    step's tensors besides ids, mask, positions and past (`prompt_rules`, `step_rule`)."""
-    prefill, decode, image_calls, tokens, rules, first_rules, stepper = [], [], [], None, {}, None, None
-    for batch in step_batches(model, processor, image, prompt):
+def text_batches(model, processor) -> list[dict]:
+    """Prompts without an image, as `step_batches` makes them (one, then two left-padded); none when the model's
+    processor or its own `generate` refuses such a prompt (Kosmos-2), or when the processor gives the model pixels
+    anyway (Idefics: the graphs of prompts with an image take it)."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        prompts = ["the quick brown fox", "a longer prompt: the quick brown fox jumps over the lazy dog"]
+        batches = [processor_inputs(model, processor, None, prompts[:1]),
+                   processor_inputs(model, processor, None, prompts, padding=True)]
+        if "pixel_values" in batches[1]:
+            return []
+        with torch.no_grad():
+            model.generate(**batches[1], max_new_tokens=1, do_sample=False)
+    except (TypeError, ValueError, RuntimeError, IndexError, AttributeError):  # the model's refusal, not ours
+        return []
+    finally:
+        tokenizer.padding_side = side
+    return batches
+
+
+def _observe_kind(model, batches: list[dict], max_new_tokens: int, image_calls: list[Call]) -> dict:
+    """Greedy `generate` on `batches` (prompts of one kind: with an image each, or without) under observation: the
+    stepped module, the prompt's and the decode steps' calls, the tensors' rules (`prompt_rules`, `step_rule`), the
+    outputs decode steps read back and the first batch's new tokens."""
+    prefill, decode, tokens, rules, first_rules, stepper = [], [], None, {}, None, None
+    for batch in batches:
         module, calls, new = stepped_generate(model, batch, max_new_tokens)
         if stepper not in (None, module):
             raise ExportError("generate steps different modules from prompt to prompt: this model's export is not supported")
@@ -217,24 +237,60 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
     fed_back = sorted({rule.removeprefix("output:") for rule in rules.values() if rule.startswith("output:")})
     for call in prefill:  # the prompt's step returns only the outputs decode steps read
         call.outputs = {k: v for k, v in call.outputs.items() if k in ("logits", "past_key_values", *fed_back)}
+    return {"stepper": stepper, "prefill": prefill, "decode": decode, "prefill_inputs": first_rules,
+            "decode_inputs": rules, "fed_back": fed_back, "tokens": tokens}
+
+
+def _names(calls: list[Call], graph: str) -> list[str]:
+    names = list(dict.fromkeys(k for c in calls for k in c.kwargs))
+    if any(set(c.kwargs) != set(names) for c in calls):
+        raise ExportError(f"generate passes different tensors on its {graph.split('_')[-2]} steps: this model's "
+                          "export is not supported")
+    return names
+
+
+def observe_steps(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
+    """Greedy `generate` on `step_batches`, then on `text_batches`, under observation: (plan, layout, the first
+    batch's new tokens), as `observe_vlm` returns them. The layout's `prefill_inputs` and `decode_inputs` say how the
+    runtime makes each step's tensors besides ids, mask, positions and past (`prompt_rules`, `step_rule`);
+    `text_only`, the graphs and rules of prompts without an image (their own prompt graph; the decode-step graph of
+    prompts with one where it takes the same tensors by the same rules, else their own)."""
+    image_calls = []
+    seen = _observe_kind(model, step_batches(model, processor, image, prompt), max_new_tokens, image_calls)
+    stepper, text = seen["stepper"], None
+    if batches := text_batches(model, processor):
+        text = _observe_kind(model, batches, max_new_tokens, [])
+        if text["stepper"] is not stepper:
+            raise ExportError("generate steps another module on a prompt without an image: this model's export is "
+                              "not supported")
     plan = {}
     if image_calls:
-        states = [name for name, rule in first_rules.items() if rule == "image_states"]
+        states = [name for name, rule in seen["prefill_inputs"].items() if rule == "image_states"]
         if len(states) != 1:
             raise ExportError(f"generate computes {states} from the pixels before its text model's: this model's "
                               "export is not supported")
         module = ImageStates(model, stepper, states[0])
         plan["image_states"] = (InputObserver(module, "image_states", calls=image_calls), ["pixel_values"], {})
-    for name, calls in (("prefill_model", prefill), ("decoder_model", decode)):
-        names = list(dict.fromkeys(k for c in calls for k in c.kwargs))
-        if any(set(c.kwargs) != set(names) for c in calls):
-            raise ExportError(f"generate passes different tensors on its {name.split('_')[0]} steps: this model's "
-                              "export is not supported")
-        step = ModelStep.taking(stepper, names, fed_back if name == "prefill_model" else [])
-        plan[name] = (InputObserver(step, name, calls=calls), names, {})
-    layout = {"model_type": model.config.model_type, "steps": True, "prefill_inputs": first_rules,
-              "decode_inputs": rules, "components": {name: f"{name}/model.onnx" for name in plan}}
-    return plan, layout, tokens
+    graphs = {"prefill_model": (seen["prefill"], seen["fed_back"]), "decoder_model": (seen["decode"], [])}
+    layout = {"model_type": model.config.model_type, "steps": True, "prefill_inputs": seen["prefill_inputs"],
+              "decode_inputs": seen["decode_inputs"]}
+    if text is not None:
+        graphs["text_prefill_model"] = (text["prefill"], text["fed_back"])
+        decoder = "decoder_model"
+        if (set(_names(text["decode"], "text_decoder_model")) != set(_names(seen["decode"], decoder))
+                or text["decode_inputs"] != seen["decode_inputs"]):
+            decoder = "text_decoder_model"
+            graphs[decoder] = (text["decode"], [])
+        else:  # one decode-step graph, validated on both kinds of prompt
+            graphs[decoder][0].extend(text["decode"])
+        layout["text_only"] = {"prefill": "text_prefill_model", "decoder": decoder,
+                               "prefill_inputs": text["prefill_inputs"], "decode_inputs": text["decode_inputs"]}
+    for name, (calls, returned) in graphs.items():
+        names = _names(calls, name)
+        plan[name] = (InputObserver(ModelStep.taking(stepper, names, returned), name, calls=calls), names, {})
+    layout["components"] = {name: f"{name}/model.onnx" for name in plan}
+    return plan, layout, seen["tokens"]
 
 
-__all__ = ["ImageStates", "ModelStep", "observe_steps", "prompt_rules", "step_batches", "step_rule", "stepped_generate"]
+__all__ = ["ImageStates", "ModelStep", "observe_steps", "prompt_rules", "step_batches", "step_rule", "stepped_generate",
+           "text_batches"]

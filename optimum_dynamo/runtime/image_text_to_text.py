@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from huggingface_hub.constants import HUGGINGFACE_HUB_CACHE
+from legacy_bridge import positions as position_rules
 from onnxruntime import InferenceSession
 from optimum.onnxruntime.base import ORTParentMixin, ORTSessionMixin
 from optimum.onnxruntime.modeling import ORTModel
@@ -367,7 +368,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             attention_mask = torch.ones((batch, past_length + length), dtype=torch.long, device=input_ids.device)
         total = attention_mask.shape[1]
         if position_ids is None:  # from the mask, as transformers does for left padding
-            position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)[:, -length:]
+            position_ids = position_rules.positions("mask", input_ids, attention_mask, total - length)
         position_ids = position_ids + self.layout.get("position_offset", 0)  # PaliGemma counts from 1
         if "rope_rows" in self.layout:  # 3-D positions (Qwen2-VL)
             position_ids = self.rope_positions(input_ids, attention_mask, position_ids, prefill,

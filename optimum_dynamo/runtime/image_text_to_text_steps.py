@@ -1,12 +1,15 @@
 """The steps of `ORTModelForImageTextToText` for exports whose graphs are the model's own forward per kind of step
 (`exporters/vlm_steps.py`: GIT, Idefics, Kosmos-2): `prefill_model` on the prompt, `decoder_model` on each new
-token. Each graph is fed the inputs it names: ids, the attention mask, positions from the mask, the past, the
-processor's tensors that `generate` passes along, the image graph's output (`prefill_inputs`) and the prompt
-step's outputs that decode steps read (`decode_inputs`). A mixin: `image_text_to_text.ORTModelForImageTextToTextSteps` puts it before the class."""
+token (`text_prefill_model`, and `text_decoder_model` where there is one, for prompts without an image). Each
+graph is fed the inputs it names: ids, the attention mask, positions from the mask, the past, the processor's
+tensors that `generate` passes along, the image graph's output (`prefill_inputs`) and the prompt step's outputs
+that decode steps read (`decode_inputs`). A mixin: `image_text_to_text.ORTModelForImageTextToTextSteps` puts it
+before the class."""
 
 from __future__ import annotations
 
 import torch
+from legacy_bridge import positions as position_rules
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 
@@ -19,13 +22,17 @@ class ModelSteps:
                 position_ids: torch.LongTensor | None = None, use_cache: bool | None = None,
                 **kwargs) -> CausalLMOutputWithPast:
         prefill = past_key_values is None
-        graph = self.components["prefill_model"] if prefill else self.decoder
+        if prefill:  # a prompt without an image has graphs of its own, where the export made them
+            self._kind = self.layout["text_only"] if pixel_values is None and "text_only" in self.layout else {
+                "prefill": "prefill_model", "decoder": "decoder_model",
+                "prefill_inputs": self.layout.get("prefill_inputs"), "decode_inputs": self.layout.get("decode_inputs")}
+        graph = self.components[self._kind["prefill" if prefill else "decoder"]]
         if attention_mask is None:  # the text's mask: the model's cache may also hold the image
             past = 0 if prefill else self._past_tokens
             attention_mask = torch.ones((input_ids.shape[0], past + input_ids.shape[1]), dtype=torch.long)
         if position_ids is None:  # from the mask, as transformers does for left padding
-            position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
-            position_ids = position_ids[:, -input_ids.shape[1]:]
+            past = attention_mask.shape[1] - input_ids.shape[1]
+            position_ids = position_rules.positions("mask", input_ids, attention_mask, past)
         given = {**kwargs, "input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
                  "pixel_values": pixel_values}
         if prefill:
@@ -33,7 +40,7 @@ class ModelSteps:
         else:
             given.update(zip(self.key_value_input_names, (t for pair in past_key_values for t in pair)))
             given.update(self._decode_inputs(given, input_ids.shape[1]))
-        made = (self.layout.get("prefill_inputs") or {}) if prefill else {}
+        made = (self._kind["prefill_inputs"] or {}) if prefill else {}
         missing = list(dict.fromkeys("pixel_values" if made.get(n) == "image_states" else n
                                      for n in graph.input_names if given.get(n) is None))
         if missing:
@@ -52,7 +59,7 @@ class ModelSteps:
     def _prompt_inputs(self, pixel_values: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """The prompt step's tensors the image graph makes (Kosmos-2's `image_embeds`, from the pixels)."""
         made = {}
-        for name, rule in (self.layout.get("prefill_inputs") or {}).items():
+        for name, rule in (self._kind["prefill_inputs"] or {}).items():
             if rule == "image_states" and pixel_values is not None:
                 graph = self.components["image_states"]
                 self._check_fixed("pixel_values", graph.input_shapes["pixel_values"], pixel_values)
@@ -63,7 +70,7 @@ class ModelSteps:
         """A decode step's tensors by the layout's rules: the prompt's (as `generate` passes it along), the prompt's
         at the step's last positions, or an output of the prompt's step."""
         made = {}
-        for name, rule in self.layout.get("decode_inputs", {}).items():
+        for name, rule in (self._kind["decode_inputs"] or {}).items():
             if rule.startswith("output:"):
                 made[name] = self._fed_back[rule.removeprefix("output:")]
             elif given.get(name) is not None:
