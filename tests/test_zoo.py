@@ -37,8 +37,6 @@ SLOW = {
 SLOW_ON_5 = {("vlm", "idefics2"), ("vlm", "idefics"), ("vlm", "kosmos-2")}
 # then ORTModelForImageTextToText on the row's export, a tensor its graphs take left out: (that tensor, the error)
 REFUSED_WITHOUT = {
-    "t5gemma2": ("pixel_values", "this export's encoder reads an image with every prompt: pass the processor's "
-                                 "pixel_values (a prompt without an image is not supported by this export)"),
     "deepseek_vl_hybrid": ("high_res_pixel_values", "this model's image graph needs high_res_pixel_values (the "
                                                     "processor's) beside pixel_values"),
     "kosmos-2": ("pixel_values", "this export's prompt graph reads pixel_values: pass the processor's (a prompt without "
@@ -57,6 +55,7 @@ OTHER_GENERATION = {"git", "idefics", "kosmos-2"}
 WITHOUT_IMAGE = {
     "git": ["a b c", "hello there, how are you today"],  # graphs of their own (text_prefill_model)
     "idefics": [["a b c"], ["hello there, how are you today"]],  # a prompt is a list; the processor adds pixels
+    "t5gemma2": ["a b c", "hello there, how are you today"],  # an encoder graph of their own (text_encoder_model)
 }
 # rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
 NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
@@ -119,7 +118,8 @@ def check_other_generation(directory):
 
 def check_without_image(directory, prompts):
     """A left-padded batch of two `prompts` without an image, greedy and with beams, then the row's prompts with their
-    images again: ORTModelForImageTextToText's tokens equal PyTorch's."""
+    images again: the tokens of ORTModelForImageTextToText (saved by `save_pretrained` and loaded again: the processor
+    and every graph go along) equal PyTorch's."""
     import inspect
 
     import torch
@@ -127,9 +127,10 @@ def check_without_image(directory, prompts):
 
     from optimum_dynamo import ORTModelForImageTextToText
 
+    ORTModelForImageTextToText.from_pretrained(directory / "onnx").save_pretrained(directory / "saved")
     models = (AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval(),
-              ORTModelForImageTextToText.from_pretrained(directory / "onnx"))
-    processor = AutoProcessor.from_pretrained(directory / "onnx")
+              ORTModelForImageTextToText.from_pretrained(directory / "saved"))
+    processor = AutoProcessor.from_pretrained(directory / "saved")
     processor.tokenizer.padding_side = "left"
     batch = processor(text=prompts, return_tensors="pt", padding=True)
     taken = inspect.signature(models[0].forward).parameters

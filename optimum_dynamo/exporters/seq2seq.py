@@ -6,6 +6,7 @@ during the capture (real `generate` runs plus a scoring forward):
     encoder_model.onnx            the encoder's calls
     decoder_model.onnx            decoder steps without a cache (first step, scoring), decoder + LM head
     decoder_with_past_model.onnx  decoder steps on a filled cache (any past length, any new tokens)
+    text_encoder_model.onnx       image-text-to-text: the encoder's calls on prompts without an image, if any
 
 Names are optimum's (`encoder_hidden_states`, `past_key_values.N.decoder.key`, `present.N.encoder.key`...),
 so `ORTModelForSeq2SeqLM` / `ORTModelForSpeechSeq2Seq` / `ORTModelForVision2Seq` load the directory unchanged.
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "input_features", "pixel_values", "input_values")
 DECODER_INPUTS = ("input_ids", "encoder_hidden_states", "encoder_attention_mask", "past_key_values")
+TEXT_ENCODER = "text_encoder_model"  # the encoder on prompts without an image, where the model takes them
 
 
 class DecoderWithHead(torch.nn.Module):
@@ -87,14 +89,22 @@ def components(model, encoder_calls: list[Call], model_calls: list[Call], with_p
     def observed(name, module, calls):
         return InputObserver(module, name, calls=calls)
 
+    # prompts without an image (an image-text-to-text model's) get an encoder graph of their own
+    with_image = [c for c in encoder_calls if c.kwargs.get("pixel_values") is not None]
+    text_calls = [c for c in encoder_calls if c.kwargs.get("pixel_values") is None] if with_image else []
     parts = [
-        Component("encoder_model", observed("encoder_model", model.get_encoder(), encoder_calls), encoder_inputs,
+        Component("encoder_model", observed("encoder_model", model.get_encoder(), with_image or encoder_calls),
+                  encoder_inputs,
                   labels={"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state",
                   drop_unused=("attention_mask",), **common),  # Whisper's generate passes one its encoder never reads
         Component("decoder_model", observed("decoder_model", DecoderWithHead(model, with_past, output_class),
                                             [c for c in decoder_calls if "past_key_values" not in c.kwargs]),
                   DECODER_INPUTS, labels=decoder_labels, drop_unused=("encoder_attention_mask",), **common),
     ]
+    if text_calls:
+        parts.append(Component(TEXT_ENCODER, observed(TEXT_ENCODER, model.get_encoder(), text_calls),
+                               tuple(n for n in encoder_inputs if n != "pixel_values"),
+                               labels={"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state", **common))
     if with_past:
         # optimum's with-past decoder returns the self-attention cache only (the cross cache is an input)
         parts.append(Component("decoder_with_past_model",
@@ -141,4 +151,4 @@ def _processor(model_id: str, loading: dict):
     return preprocessor(model_id, loading, ("AutoImageProcessor", "AutoFeatureExtractor"))
 
 
-__all__ = ["DecoderWithHead", "Seq2SeqOnnxExporter", "components", "decoder_call"]
+__all__ = ["TEXT_ENCODER", "DecoderWithHead", "Seq2SeqOnnxExporter", "components", "decoder_call"]

@@ -1,9 +1,11 @@
-"""The prompts a vision-language export observes: the processor's image placeholder in a short prompt, and the
-processor's tensors that the model's forward takes."""
+"""The prompts a vision-language export observes: the processor's image placeholder in a short prompt, the
+processor's tensors that the model's forward takes, and prompts without an image where the model takes them."""
 
 from __future__ import annotations
 
 import inspect
+
+import torch
 
 
 def image_token(processor) -> str | None:
@@ -38,4 +40,25 @@ def processor_inputs(model, processor, image, prompt, **options) -> dict:
     return {k: v for k, v in batch.items() if k in params}
 
 
-__all__ = ["default_prompt", "image_placeholder", "image_token", "processor_inputs"]
+def text_batches(model, processor) -> list[dict]:
+    """Prompts without an image (one, then two left-padded); none when the model's
+    processor or its own `generate` refuses such a prompt (Kosmos-2), or when the processor gives the model pixels
+    anyway (Idefics: the graphs of prompts with an image take it)."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        prompts = ["the quick brown fox", "a longer prompt: the quick brown fox jumps over the lazy dog"]
+        batches = [processor_inputs(model, processor, None, prompts[:1]),
+                   processor_inputs(model, processor, None, prompts, padding=True)]
+        if "pixel_values" in batches[1]:
+            return []
+        with torch.no_grad():
+            model.generate(**batches[1], max_new_tokens=1, do_sample=False)
+    except (TypeError, ValueError, RuntimeError, IndexError, AttributeError):  # the model's refusal, not ours
+        return []
+    finally:
+        tokenizer.padding_side = side
+    return batches
+
+
+__all__ = ["default_prompt", "image_placeholder", "image_token", "processor_inputs", "text_batches"]

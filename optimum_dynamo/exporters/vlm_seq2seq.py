@@ -3,7 +3,8 @@
 The image is read by the encoder (its features replace the image-token rows of the prompt's embeddings), so the
 encoder graph takes `pixel_values` beside `input_ids` and `attention_mask`; the decoder graphs are the seq2seq
 ones (`exporters/seq2seq.py`). The observation runs `generate` on the checkpoint's processor's prompts with one
-image each (a batch of 1, then a left-padded batch of 2). `optimum_dynamo.ORTModelForImageTextToText` loads the
+image each (a batch of 1, then a left-padded batch of 2), then on prompts without an image where the model takes
+them: their encoder calls make `text_encoder_model.onnx`, the same encoder without `pixel_values`. `optimum_dynamo.ORTModelForImageTextToText` loads the
 directory (an encoder-decoder runtime whose encoder takes the pixels).
 """
 
@@ -14,7 +15,7 @@ from .base import ExportContext
 from .image_features import default_image
 from .seq2seq import Seq2SeqOnnxExporter
 from .vlm import load_processor
-from .vlm_prompts import default_prompt, processor_inputs
+from .vlm_prompts import default_prompt, processor_inputs, text_batches
 
 
 def image_text_batches(model, processor) -> list[dict]:
@@ -41,6 +42,8 @@ class Seq2SeqVlmOnnxExporter(Seq2SeqOnnxExporter):
 
     def drive(self, ctx: ExportContext) -> None:
         drive_seq2seq_generation(ctx.model, batches=image_text_batches(ctx.model, ctx.processor))
+        if batches := text_batches(ctx.model, ctx.processor):  # the model takes prompts without an image
+            drive_seq2seq_generation(ctx.model, batches=batches)
 
 
 __all__ = ["Seq2SeqVlmOnnxExporter", "image_text_batches"]

@@ -25,7 +25,7 @@ from legacy_bridge import positions as position_rules
 from ..capture import Call, InputObserver, observe
 from ..errors import ExportError
 from .image_features import default_image
-from .vlm_prompts import image_token, processor_inputs
+from .vlm_prompts import image_token, processor_inputs, text_batches
 
 STEP_INPUTS = ("input_ids", "attention_mask", "position_ids", "past_key_values")  # what the runtime makes per step
 MADE_INSIDE = ("cache_position",)  # rebuilt by `ModelStep` from the past's length
@@ -175,27 +175,6 @@ def prompt_rules(model, stepper, call: Call, batch: dict, image_calls: list[Call
     return rules
 
 
-def text_batches(model, processor) -> list[dict]:
-    """Prompts without an image, as `step_batches` makes them (one, then two left-padded); none when the model's
-    processor or its own `generate` refuses such a prompt (Kosmos-2), or when the processor gives the model pixels
-    anyway (Idefics: the graphs of prompts with an image take it)."""
-    tokenizer = getattr(processor, "tokenizer", processor)
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    try:
-        prompts = ["the quick brown fox", "a longer prompt: the quick brown fox jumps over the lazy dog"]
-        batches = [processor_inputs(model, processor, None, prompts[:1]),
-                   processor_inputs(model, processor, None, prompts, padding=True)]
-        if "pixel_values" in batches[1]:
-            return []
-        with torch.no_grad():
-            model.generate(**batches[1], max_new_tokens=1, do_sample=False)
-    except (TypeError, ValueError, RuntimeError, IndexError, AttributeError):  # the model's refusal, not ours
-        return []
-    finally:
-        tokenizer.padding_side = side
-    return batches
-
-
 def _observe_kind(model, batches: list[dict], max_new_tokens: int, image_calls: list[Call]) -> dict:
     """Greedy `generate` on `batches` (prompts of one kind: with an image each, or without) under observation: the
     stepped module, the prompt's and the decode steps' calls, the tensors' rules (`prompt_rules`, `step_rule`), the
@@ -292,5 +271,4 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
     return plan, layout, seen["tokens"]
 
 
-__all__ = ["ImageStates", "ModelStep", "observe_steps", "prompt_rules", "step_batches", "step_rule", "stepped_generate",
-           "text_batches"]
+__all__ = ["ImageStates", "ModelStep", "observe_steps", "prompt_rules", "step_batches", "step_rule", "stepped_generate"]
