@@ -20,6 +20,7 @@ import torch
 from ..capture import Call, InputObserver
 from ..errors import ExportError
 from ..flatten import flat_outputs
+from . import grid_tower_v4
 
 
 def default_image(size: int = 48, seed: int = 0):
@@ -182,6 +183,8 @@ class GridImageFeatures(torch.nn.Module):
 
     def forward(self, pixel_values, cu_seqlens, position_ids, window_index=None, cu_window_seqlens=None,
                 interp_indices=None, interp_weights=None):
+        if grid_tower_v4.covers(self.tower):  # transformers 4.57: the tower takes no precomputed inputs
+            return grid_tower_v4.run_tower(self.tower, pixel_values, cu_seqlens, position_ids)
         extra = dict(window_index=window_index, cu_window_seqlens=cu_window_seqlens, interp_indices=interp_indices,
                      interp_weights=interp_weights)
         out = self.tower(pixel_values, grid_thw=None, cu_seqlens=cu_seqlens, position_ids=position_ids,
@@ -196,6 +199,8 @@ class GridImageFeatures(torch.nn.Module):
     def grid_inputs(tower: torch.nn.Module, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
         """The tensors transformers precomputes from the grid for this tower (also run by the runtime on the
         tower built on the meta device)."""
+        if grid_tower_v4.covers(tower):
+            return grid_tower_v4.grid_inputs(tower, grid_thw)
         try:
             from transformers.exporters.utils import precompute_export_inputs
         except ImportError:
