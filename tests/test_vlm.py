@@ -152,30 +152,36 @@ def test_the_removed_runner_names_its_replacement():
         optimum_dynamo.VlmRunner
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_vl"])
-def test_qwen_vl_on_transformers_4_is_refused_in_one_line(tmp_path, model_type):
-    """4.57's Qwen2.5-VL (window indices) and Qwen3-VL (an interpolated position table) towers derive more from the
-    grid inside forward than Qwen2-VL's, whose two grid inputs the export makes itself (grid_tower_v4)."""
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_transformers_4_towers_run_on_grid_inputs_made_outside(tmp_path, model_type):
+    """4.57's Qwen-VL towers derive their attention bounds, rotary positions, windows (2.5) and interpolated position
+    table (3) from the grid inside forward; the export makes them from the grid (grid_tower_v4) and runs the tower's
+    modules on them: the tower's own output for two images of different sizes, to 1e-6."""
     import transformers
 
+    from optimum_dynamo.exporters import grid_tower_v4
+
     if int(transformers.__version__.split(".")[0]) >= 5:
-        pytest.skip("transformers 5 precomputes the tower's grid inputs: exported (test_vlm_runtime.py)")
+        pytest.skip("transformers 5's towers take precomputed grid inputs (precompute_export_inputs)")
     path = save_tiny_vlm(model_type, tmp_path / "model")
-    with pytest.raises(ExportError) as error:
-        export_vlm(path, tmp_path / "onnx", processor=tiny_vlm_processor(path, model_type))
-    assert str(error.value) == (
-        "this vision tower derives its attention bounds and rotary positions from the image grid inside its forward; "
-        "transformers >= 5 precomputes them (precompute_export_inputs): upgrade transformers to export it")
-    assert not (tmp_path / "onnx").exists()
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    images = tiny_vlm_processor(path, model_type).image_processor(
+        images=[default_image(48, seed=1), default_image(64, seed=2).crop((0, 0, 64, 32))], return_tensors="pt")
+    tower = model.model.visual
+    assert grid_tower_v4.covers(tower)
+    with torch.no_grad():
+        expected = tower(images["pixel_values"], grid_thw=images["image_grid_thw"])
+        got = grid_tower_v4.run_tower(tower, images["pixel_values"],
+                                      **grid_tower_v4.grid_inputs(tower, images["image_grid_thw"]))
+    if isinstance(expected, tuple):  # Qwen3-VL: (rows, DeepStack features)
+        expected = {"output": expected[0], "deepstack_features": torch.stack(expected[1])}
+    for name, value in (expected.items() if isinstance(expected, dict) else [("output", expected)]):
+        torch.testing.assert_close(got[name] if isinstance(got, dict) else got, value, atol=1e-6, rtol=0)
 
 
 def test_deepstack_features_leave_the_image_graph_and_enter_the_decoder(vlm_exports):
     """Qwen3-VL adds features of the tower's early layers to the hidden states of the decoder's first layers at the
     image positions: the image graph returns them, the decoder takes them placed at every position (batch first)."""
-    import transformers
-
-    if int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip("4.57's Qwen3-VL tower derives its inputs from the grid (test_qwen_vl_on_transformers_4_is_refused...)")
     _, result = vlm_exports("qwen3_vl")
     assert result.layout["deepstack_layers"] == 1
     assert result.components["image_features"].output_names == ["output", "deepstack_features"]
@@ -189,13 +195,9 @@ def test_deepstack_features_leave_the_image_graph_and_enter_the_decoder(vlm_expo
 def test_a_decoder_without_deepstack_features_is_refused_in_one_line(tmp_path):
     """The guard against a decoder that silently gives other logits: run from embeddings only (no DeepStack
     features), Qwen3-VL's decoder is not the model, and the line names what the language model took besides."""
-    import transformers
-
     from optimum_dynamo.capture import observe
     from optimum_dynamo.exporters.vlm import TextDecoder, check_decoder, decoder_calls, default_prompt, inner_parts
 
-    if int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip("4.57's Qwen3-VL is refused at its vision tower first")
     path = save_tiny_vlm("qwen3_vl", tmp_path / "model")
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
     processor = tiny_vlm_processor(path, "qwen3_vl")

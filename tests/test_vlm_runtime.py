@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import transformers
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
@@ -32,9 +31,6 @@ BUILT_PROCESSOR = {"internvl", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
                                         "qwen3_vl", "llava_next", "mistral3", "idefics3", "smolvlm"])
 def exported(request, vlm_exports, vlm_models):
     """(PyTorch model, ORTModelForImageTextToText, processor, the export's directory)."""
-    if request.param in ("qwen2_5_vl", "qwen3_vl") and int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip(f"transformers 4.57's {request.param} tower computes its windows or position table from the grid "
-                    "inside forward (no precomputed inputs): not exported (one-line error)")
     try:
         if request.param in BUILT_PROCESSOR:
             path, result = vlm_exports(request.param)

@@ -184,7 +184,8 @@ class GridImageFeatures(torch.nn.Module):
     def forward(self, pixel_values, cu_seqlens, position_ids, window_index=None, cu_window_seqlens=None,
                 interp_indices=None, interp_weights=None):
         if grid_tower_v4.covers(self.tower):  # transformers 4.57: the tower takes no precomputed inputs
-            return grid_tower_v4.run_tower(self.tower, pixel_values, cu_seqlens, position_ids)
+            return grid_tower_v4.run_tower(self.tower, pixel_values, cu_seqlens, position_ids, window_index,
+                                           cu_window_seqlens, interp_indices, interp_weights)
         extra = dict(window_index=window_index, cu_window_seqlens=cu_window_seqlens, interp_indices=interp_indices,
                      interp_weights=interp_weights)
         out = self.tower(pixel_values, grid_thw=None, cu_seqlens=cu_seqlens, position_ids=position_ids,
