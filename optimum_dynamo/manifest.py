@@ -53,7 +53,7 @@ def write_manifest(ctx, records: dict[str, dict[str, Any]], **fields: Any) -> No
     if len(records) == 1:
         data.update(next(iter(records.values())))
     else:
-        data["files"] = [f for record in records.values() for f in record["files"]]
+        data["files"] = list(dict.fromkeys(f for record in records.values() for f in record["files"]))  # shared once
         data["components"] = records
         data["discrepancies"] = [dict(row, component=name) for name, record in records.items()
                                  for row in record["discrepancies"]]

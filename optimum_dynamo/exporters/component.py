@@ -24,6 +24,8 @@ class Component:
     keep: str = "*"  # outputs written (fnmatch patterns, comma-separated); others are dropped
     drop_unused: tuple[str, ...] = ()  # inputs removed when the optimized graph does not read them
     directory: str = ""  # sub-directory of the output holding its files ("" : the output itself)
+    stem: str = ""  # its graph file's stem ("": optimum's, `model` in a directory of its own, else its name)
+    weights: str = ""  # an external-data file it shares with other graphs in its directory ("": its own)
     size_oblivious: bool = True  # trace 0/1-sized axes as general sizes (an empty cache on the first step)
     strict: bool = False  # torch.export's strict mode
     metadata: dict[str, str] = field(default_factory=dict)  # written into the graph's metadata_props

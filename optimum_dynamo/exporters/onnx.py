@@ -194,8 +194,8 @@ class OnnxExporter(Exporter):
 
 def onnx_files(part: Component) -> list[str]:
     """A component's graph and external weights (optimum's names), relative to the output directory."""
-    stem = "model" if part.directory else part.name
-    return [part.path(f"{stem}.onnx"), part.path(f"{stem}.onnx_data")]
+    stem = part.stem or ("model" if part.directory else part.name)
+    return [part.path(f"{stem}.onnx"), part.path(part.weights or f"{stem}.onnx_data")]
 
 
 def _kept(name: str, keep: str) -> bool:

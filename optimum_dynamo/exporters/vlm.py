@@ -30,7 +30,7 @@ import json
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -42,6 +42,8 @@ from .base import ExportContext, _load_model, _tasks_auto_class
 from .component import Component
 from .image_features import default_image, image_components, image_sizes, other_image
 from .observed import ObservedOnnxExporter
+from .onnx import onnx_files
+from .shared_weights import share_weights
 from .vlm_prompts import default_prompt, image_placeholder, image_token, processor_inputs  # noqa: F401 (public here too)
 from .vlm_steps import observe_steps
 
@@ -414,10 +416,21 @@ class VlmOnnxExporter(ObservedOnnxExporter):
         self.parts, self.layout, self.tokens = observe_model(ctx.model, ctx.processor, self.image, self.prompt,
                                                              self.max_new_tokens)
         parts = super().components(ctx)
-        for part in parts:  # a graph taking image sizes takes one image: the batch axis stays 1
-            if getattr(part.observer.module, "image_sizes", None) is not None:
-                part.dynamic_batch = False
+        for part in parts:
+            path = PurePosixPath(self.layout["components"][part.name])  # where vlm.json says the graph is
+            part.directory, part.stem = str(path.parent), path.stem
+            if getattr(part.observer.module, "image_sizes", None) is not None:  # a graph taking image sizes takes
+                part.dynamic_batch = False  # one image: the batch axis stays 1
         return parts
+
+    def save(self, ctx: ExportContext) -> None:
+        super().save(ctx)
+        if shared := self.layout.get("weights"):  # the step graphs: the weights they hold in common, stored once
+            shared = PurePosixPath(shared)
+            share_weights(ctx.staging / shared.parent, [PurePosixPath(onnx_files(p)[0]).name for p in ctx.components],
+                          shared.name)
+            for part in ctx.components:
+                part.weights = shared.name
 
     def copy_files(self, ctx: ExportContext) -> None:
         (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))

@@ -10,9 +10,10 @@ graphs per kind of step.
 - `text_prefill_model` (and `text_decoder_model` where its decode steps take other tensors, GIT on transformers 4):
   the same for prompts without an image, where the model's `generate` takes them.
 
-`vlm.json` says `"steps": true` and how the runtime (`ORTModelForImageTextToText`) makes each step's tensors
-besides ids, mask, positions and past (`prefill_inputs`, `decode_inputs`). Anything else `generate` passes is
-refused at export, in one line.
+The graphs sit in `steps/` and read the weights they hold in common from one file there, `weights.onnx_data`
+(`shared_weights`). `vlm.json` says `"steps": true` and how the runtime (`ORTModelForImageTextToText`) makes each
+step's tensors besides ids, mask, positions and past (`prefill_inputs`, `decode_inputs`). Anything else `generate`
+passes is refused at export, in one line.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .vlm_prompts import image_token, processor_inputs, text_batches
 
 STEP_INPUTS = ("input_ids", "attention_mask", "position_ids", "past_key_values")  # what the runtime makes per step
 MADE_INSIDE = ("cache_position",)  # rebuilt by `ModelStep` from the past's length
+STEPS_DIR = "steps"  # the graphs' directory; their weights in one file there (`shared_weights`)
 
 
 class ModelStep(torch.nn.Module):
@@ -267,7 +269,8 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
     for name, (calls, returned) in graphs.items():
         names = _names(calls, name)
         plan[name] = (InputObserver(ModelStep.taking(stepper, names, returned), name, calls=calls), names, {})
-    layout["components"] = {name: f"{name}/model.onnx" for name in plan}
+    layout["components"] = {name: f"{STEPS_DIR}/{name}.onnx" for name in plan}  # one directory: the weights shared
+    layout["weights"] = f"{STEPS_DIR}/weights.onnx_data"
     return plan, layout, seen["tokens"]
 
 

@@ -39,6 +39,7 @@ from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .image_text_to_text_steps import ModelSteps
+from .processors import saved_processors
 
 VLM_FILE = "vlm.json"
 MANIFEST_FILE = "optimum_dynamo.json"
@@ -135,6 +136,9 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         providers, provider_options = prepare_providers_and_provider_options(
             provider=provider, providers=providers, provider_options=provider_options
         )
+        if "weights" in layout:  # one external-data file the step graphs share
+            shared = Path(subfolder, layout["weights"])
+            cls._cached_file(model_id, filename=shared.name, subfolder=shared.parent.as_posix(), **hub)
         sessions = {}
         for name in layout["components"]:
             relative = Path(subfolder, layout["components"][name])
@@ -149,7 +153,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if layout.get("steps"):  # GIT, Idefics, Kosmos-2: the stepped forward, a graph per kind of step
             cls = ORTModelForImageTextToTextSteps
         return cls(config=config, sessions=sessions, layout=layout, generation_config=generation_config,
-                   model_save_dir=model_save_dir or layout_path.parent, preprocessors=_processors(layout_path.parent))
+                   model_save_dir=model_save_dir or layout_path.parent, preprocessors=saved_processors(layout_path.parent))
 
     @classmethod
     def _export(cls, model_id, config, dynamo: bool | None = None, **kwargs):
@@ -167,11 +171,12 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         self.generation_config.save_pretrained(save_directory)
 
     def _save_pretrained(self, save_directory: str | Path):
-        """Each component's directory (graph, external data, manifest) and `vlm.json`."""
+        """Each component's directory (graphs, external data; the step graphs share one) and `vlm.json`."""
         save_directory = Path(save_directory)
-        for name, part in self.components.items():
-            target = save_directory / Path(self.layout["components"][name]).parent
-            shutil.copytree(part.path.parent, target, dirs_exist_ok=True)
+        directories = {Path(self.layout["components"][name]).parent: part.path.parent
+                       for name, part in self.components.items()}  # the step graphs share one
+        for relative, source in directories.items():
+            shutil.copytree(source, save_directory / relative, dirs_exist_ok=True)
         (save_directory / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
         if (self.model_save_dir / MANIFEST_FILE).is_file():
             shutil.copy(self.model_save_dir / MANIFEST_FILE, save_directory / MANIFEST_FILE)
@@ -452,13 +457,3 @@ class ORTModelForImageTextToTextSteps(ModelSteps, ORTModelForImageTextToText):
 
 def _pairs(tensors: list[torch.Tensor]) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
     return tuple(tuple(tensors[i : i + 2]) for i in range(0, len(tensors), 2))
-
-
-def _processors(directory: Path) -> list:
-    """The processor saved beside the graphs (saved again by `save_pretrained`), if any."""
-    from transformers import AutoProcessor
-
-    try:
-        return [AutoProcessor.from_pretrained(directory)]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):  # a part needing torchvision
-        return []

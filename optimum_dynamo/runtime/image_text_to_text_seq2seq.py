@@ -18,6 +18,8 @@ from optimum.onnxruntime.utils import prepare_providers_and_provider_options
 from transformers import AutoModelForImageTextToText
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
+from .processors import saved_processors
+
 TEXT_ENCODER_FILE = "text_encoder_model.onnx"  # the encoder on prompts without an image (exporters/seq2seq.py)
 
 
@@ -62,9 +64,7 @@ class ORTModelForImageTextToTextSeq2Seq(ORTModelForSeq2SeqLM):
                                          provider_options=provider_options, session_options=session_options,
                                          **hub, **kwargs)
         if not model.preprocessors:  # saved again by `save_pretrained`, as the other layouts' are
-            from .image_text_to_text import _processors
-
-            model.preprocessors = _processors(model.model_save_dir)
+            model.preprocessors = saved_processors(model.model_save_dir)
         try:
             path = cls._cached_file(model_id, filename=TEXT_ENCODER_FILE, **hub)
         except OSError:  # an export without one: such prompts are refused in one line
