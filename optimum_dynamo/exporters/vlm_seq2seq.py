@@ -4,7 +4,8 @@ The image is read by the encoder (its features replace the image-token rows of t
 encoder graph takes `pixel_values` beside `input_ids` and `attention_mask`; the decoder graphs are the seq2seq
 ones (`exporters/seq2seq.py`). The observation runs `generate` on the checkpoint's processor's prompts with one
 image each (a batch of 1, then a left-padded batch of 2), then on prompts without an image where the model takes
-them: their encoder calls make `text_encoder_model.onnx`, the same encoder without `pixel_values`. `optimum_dynamo.ORTModelForImageTextToText` loads the
+them: their encoder calls make `text_encoder_model.onnx`, the same encoder without `pixel_values`; the two encoder
+graphs then read their weights from one file, `encoder_weights.onnx_data` (`shared_weights`). `optimum_dynamo.ORTModelForImageTextToText` loads the
 directory (an encoder-decoder runtime whose encoder takes the pixels).
 """
 
@@ -13,9 +14,13 @@ from __future__ import annotations
 from ..capture.drivers import drive_seq2seq_generation
 from .base import ExportContext
 from .image_features import default_image
-from .seq2seq import Seq2SeqOnnxExporter
+from .onnx import onnx_files
+from .seq2seq import TEXT_ENCODER, Seq2SeqOnnxExporter
+from .shared_weights import share_weights
 from .vlm import load_processor
 from .vlm_prompts import default_prompt, processor_inputs, text_batches
+
+ENCODER_WEIGHTS = "encoder_weights.onnx_data"  # the two encoder graphs' external data, when there are two
 
 
 def image_text_batches(model, processor) -> list[dict]:
@@ -44,6 +49,14 @@ class Seq2SeqVlmOnnxExporter(Seq2SeqOnnxExporter):
         drive_seq2seq_generation(ctx.model, batches=image_text_batches(ctx.model, ctx.processor))
         if batches := text_batches(ctx.model, ctx.processor):  # the model takes prompts without an image
             drive_seq2seq_generation(ctx.model, batches=batches)
+
+    def save(self, ctx: ExportContext) -> None:
+        super().save(ctx)
+        encoders = [part for part in ctx.components if part.name in ("encoder_model", TEXT_ENCODER)]
+        if len(encoders) == 2:  # the text encoder's weights are the encoder's: stored once
+            share_weights(ctx.staging, [onnx_files(part)[0] for part in encoders], ENCODER_WEIGHTS)
+            for part in encoders:
+                part.weights = ENCODER_WEIGHTS
 
 
 __all__ = ["Seq2SeqVlmOnnxExporter", "image_text_batches"]

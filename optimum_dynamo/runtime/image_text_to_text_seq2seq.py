@@ -21,6 +21,7 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from .processors import saved_processors
 
 TEXT_ENCODER_FILE = "text_encoder_model.onnx"  # the encoder on prompts without an image (exporters/seq2seq.py)
+ENCODER_WEIGHTS = "encoder_weights.onnx_data"  # its weights and the encoder's, stored once (exporters/vlm_seq2seq.py)
 
 
 class ORTEncoderWithImages(ORTEncoder):
@@ -60,6 +61,10 @@ class ORTModelForImageTextToTextSeq2Seq(ORTModelForSeq2SeqLM):
         """optimum's three graphs, `text_encoder_model.onnx` where the export wrote one, and the processor."""
         hub = dict(subfolder=subfolder, revision=revision, force_download=force_download,
                    local_files_only=local_files_only, token=token, **({"cache_dir": cache_dir} if cache_dir else {}))
+        try:  # the two encoder graphs' shared weights, beside them (a download from the Hub)
+            cls._cached_file(model_id, filename=ENCODER_WEIGHTS, **hub)
+        except OSError:  # an export with one encoder graph: its weights are its own
+            pass
         model = super()._from_pretrained(model_id, config, provider=provider, providers=providers,
                                          provider_options=provider_options, session_options=session_options,
                                          **hub, **kwargs)
