@@ -14,7 +14,7 @@ from pathlib import Path
 
 import onnx
 
-ALIGNMENT = 4096  # page-aligned offsets: onnxruntime can map the tensors instead of reading them
+ALIGNMENT = 4096  # page-aligned offsets, as onnx aligns large external tensors, so that a runtime can map them
 
 
 def _external_tensors(graph: onnx.GraphProto):
@@ -39,7 +39,8 @@ def share_weights(directory: Path, graphs: list[str], target: str) -> int:
     """Rewrite `graphs` (file names in `directory`, each with its own external data) to read their external tensors
     from `target` in `directory`, one copy of each; their own data files are removed. Returns the bytes written."""
     stored: dict[bytes, tuple[int, int]] = {}
-    with open(directory / target, "wb") as out:
+    written = directory / f"{target}.partial"  # `target` may be one of the graphs' own files, read until the end
+    with open(written, "wb") as out:
         for name in graphs:
             proto = onnx.load(directory / name, load_external_data=False)
             sources = set()
@@ -58,7 +59,9 @@ def share_weights(directory: Path, graphs: list[str], target: str) -> int:
             onnx.save(proto, directory / name)
             for source in sources - {target}:
                 (directory / source).unlink()
-        return out.tell()
+        size = out.tell()
+    written.replace(directory / target)
+    return size
 
 
 __all__ = ["share_weights"]

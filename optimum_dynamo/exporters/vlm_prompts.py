@@ -41,9 +41,9 @@ def processor_inputs(model, processor, image, prompt, **options) -> dict:
 
 
 def text_batches(model, processor) -> list[dict]:
-    """Prompts without an image (one, then two left-padded); none when the model's
-    processor or its own `generate` refuses such a prompt (Kosmos-2), or when the processor gives the model pixels
-    anyway (Idefics: the graphs of prompts with an image take it)."""
+    """Prompts without an image (one, then two left-padded); none when the model's processor or its own `generate`
+    refuses such a prompt (Kosmos-2), or when the processor gives the model pixels anyway (Idefics: the graphs of
+    prompts with an image take it)."""
     tokenizer = getattr(processor, "tokenizer", processor)
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     try:

@@ -5,8 +5,9 @@ encoder graph takes `pixel_values` beside `input_ids` and `attention_mask`; the 
 ones (`exporters/seq2seq.py`). The observation runs `generate` on the checkpoint's processor's prompts with one
 image each (a batch of 1, then a left-padded batch of 2), then on prompts without an image where the model takes
 them: their encoder calls make `text_encoder_model.onnx`, the same encoder without `pixel_values`; the two encoder
-graphs then read their weights from one file, `encoder_weights.onnx_data` (`shared_weights`). `optimum_dynamo.ORTModelForImageTextToText` loads the
-directory (an encoder-decoder runtime whose encoder takes the pixels).
+graphs then read their weights from one file, `encoder_weights.onnx_data` (`shared_weights`).
+`optimum_dynamo.ORTModelForImageTextToText` loads the directory (an encoder-decoder runtime whose encoder takes the
+pixels).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ class ModelSteps:
                 position_ids: torch.LongTensor | None = None, use_cache: bool | None = None,
                 **kwargs) -> CausalLMOutputWithPast:
         prefill = past_key_values is None
-        if prefill:  # a prompt without an image has graphs of its own, where the export made them
+        if prefill or getattr(self, "_kind", None) is None:  # a prompt without an image: its own graphs, if any
             self._kind = self.layout["text_only"] if pixel_values is None and "text_only" in self.layout else {
                 "prefill": "prefill_model", "decoder": "decoder_model",
                 "prefill_inputs": self.layout.get("prefill_inputs"), "decode_inputs": self.layout.get("decode_inputs")}
