@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from optimum_dynamo.exporters.onnx_optimize import optimize, passes, unfused
-from optimum_dynamo.exporters.onnx_passes.group_query_attention import GroupQueryAttention
+from optimum_dynamo.exporters.onnx_passes.cache_attention import CacheAttention
 from optimum_dynamo.exporters.onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from optimum_dynamo.exporters.onnx_passes.ort_fusions import OrtFusion
 from optimum_dynamo.exporters.onnx_passes.pack_matmuls import PackMatmuls
@@ -191,32 +191,29 @@ def _attention_feed(batch, sequence, past):
     return feed
 
 
-def test_group_query_attention():
-    """One new token over a cache -> GroupQueryAttention; the case its CPU kernel refuses (two rows, three new
-    tokens over a non-empty cache) runs the If's other branch: the same outputs as ONNX Attention."""
+def test_cache_attention():
+    """The cache given to ONNX Attention (no Concat), token-major inputs: the same outputs on one new token and on
+    two rows continuing by three tokens over a non-empty cache, and on an empty cache."""
     model = _model(_attention, _attention_inputs())
-    feeds = [_attention_feed(2, 1, 5), _attention_feed(2, 3, 5)]
+    feeds = [_attention_feed(2, 1, 5), _attention_feed(2, 3, 5), _attention_feed(2, 3, 0)]
     before = [_run(model, feed) for feed in feeds]
-    _apply(GroupQueryAttention(), model, feeds[0], atol=1e-5)
+    _apply(CacheAttention(), model, feeds[0], atol=1e-5)
     for expected, feed in zip(before, feeds):
         for e, got in zip(expected, _run(model, feed), strict=True):
             np.testing.assert_allclose(got, e, atol=1e-5, rtol=0)
-    assert _ops(model) == ["Transpose", "Reshape"] * 3 + ["Shape"] * 3 + [
-        "Add", "Sub", "Expand", "Cast", "Squeeze", "Cast", "Equal", "Equal", "Or", "Equal", "Or", "If", "Reshape",
-        "Transpose"]
-    branches = {name: [n.op_type for n in attr.value] for node in model.graph if node.op_type == "If"
-                for name, attr in node.attributes.items()}
-    assert branches == {"then_branch": ["GroupQueryAttention"], "else_branch": ["Attention"]}
+    assert _ops(model) == ["Transpose", "Reshape"] * 3 + ["Attention", "Reshape", "Transpose"]
+    attention = next(node for node in model.graph if node.op_type == "Attention")
+    assert [v.name for v in attention.inputs[3:]] == ["mask", "past_key", "past_value"]
     assert unfused(model) == {}
 
 
-def test_group_query_attention_says_why_it_did_not_fuse():
+def test_cache_attention_says_why_it_did_not_fuse():
     def build(t, q, k, v, mask):
         return [t.op("Attention", [q, k, v, mask])]
 
     model = _model(build, _attention_inputs(grown=False))
-    assert not GroupQueryAttention()(model).modified and _ops(model) == ["Attention"]
-    assert unfused(model)["group_query_attention"].startswith("attention is not over a grown cache")
+    assert not CacheAttention()(model).modified and _ops(model) == ["Attention"]
+    assert unfused(model)["cache_attention"].startswith("attention is not over a grown cache")
 
 
 def test_levels_and_extra_passes():
@@ -224,7 +221,7 @@ def test_levels_and_extra_passes():
     names = {level: [type(p).__name__ for p in passes(level)] for level in (None, "O1", "O2", "O3")}
     assert names[None] == names["O1"] == ["OnnxscriptOptimize"]
     assert names["O2"] == ["OnnxscriptOptimize", "SimplifyShapes", "OnnxscriptOptimize", "PackMatmuls", "UnpackVocab"]
-    assert {"OrtFusion", "GroupQueryAttention", "ShareInputDims"} <= set(names["O3"])
+    assert {"OrtFusion", "CacheAttention", "ShareInputDims"} <= set(names["O3"])
     seen = []
 
     class Extra(ir.passes.InPlacePass):

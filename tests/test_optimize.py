@@ -56,35 +56,36 @@ def test_o3_greedy_and_names_match(model_type, checkpoints, dynamo_exports, o3_e
     assert manifest["optimize_level"] == "O3"
     # transformers 5 runs gemma2's attention eagerly (logit softcapping): no SDPA, nothing to fuse
     eager = model_type == "gemma2" and int(transformers.__version__.split(".")[0]) >= 5
-    assert manifest["contrib_ops"].get("GroupQueryAttention", 0) == (0 if eager else layers)
+    assert manifest["contrib_ops"].get("Attention", 0) == (0 if eager else layers)
     unfused = manifest["unfused"]  # a fusion that matched nothing says why
-    assert unfused["group_query_attention"].startswith("no ONNX Attention") if eager else \
-        "group_query_attention" not in unfused
+    assert unfused["cache_attention"].startswith("no ONNX Attention") if eager else "cache_attention" not in unfused
     assert "SkipSimplifiedLayerNormalization" in manifest["contrib_ops"]
     assert max(row["max_abs"] for row in manifest["discrepancies"]) < 1e-4
 
 
 def test_o3_llama_layers_are_fused(checkpoints, o3_exports):
-    """Per layer: GroupQueryAttention on the cache (inside an If whose other branch is ONNX Attention for the
-    calls its CPU kernel refuses), two skip-norms, no repeated key/value heads, the past length read once.
+    """Per layer: ONNX Attention given the cache (no Concat of past and new keys, no If), two skip-norms, no
+    repeated key/value heads, the past length read once.
     (RotaryEmbedding fuses on transformers 4 only: onnxscript's cos/sin-cache pattern does not match
     transformers 5's rotary.)"""
     out = o3_exports("llama")
     ops = read_manifest(out)["contrib_ops"]
     layers = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).config.num_hidden_layers
-    assert ops["GroupQueryAttention"] == ops["Attention"] == layers
+    assert ops["Attention"] == layers and "GroupQueryAttention" not in ops
     assert ops["SkipSimplifiedLayerNormalization"] == 2 * layers
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    branches = [{a.name: a.g.node[0].op_type for a in n.attribute} for n in graph.node if n.op_type == "If"]
-    assert branches == [{"then_branch": "GroupQueryAttention", "else_branch": "Attention"}] * layers
+    attentions = [n for n in graph.node if n.op_type == "Attention"]
+    assert [n.input[4:] for n in attentions] == [[f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+                                                 for i in range(layers)]
+    assert not any(n.op_type in ("If", "Concat") and "past" in "".join(n.input) for n in graph.node)
     assert not any(n.op_type == "Expand" and "past" in n.input[0] for n in graph.node)
     past_reads = [n for n in graph.node if n.op_type == "Shape" and n.input[0].startswith("past_key_values")]
     assert len(past_reads) <= 2, [n.input[0] for n in past_reads]  # batch and past length, not per layer
 
 
 def test_o3_continues_a_batch_over_its_cache(checkpoints, o3_exports):
-    """The case GroupQueryAttention's CPU kernel refuses (two rows, three new tokens, a non-empty cache:
-    prefix caching, assisted decoding) runs through the If's other branch: logits and cache = PyTorch's."""
+    """Two rows continuing by three tokens over a non-empty cache (prefix caching, assisted decoding; the case
+    onnxruntime's GroupQueryAttention refuses on CPU): logits = PyTorch's."""
     import numpy as np
     import onnxruntime as ort
 
@@ -113,13 +114,14 @@ def test_o3_continues_a_batch_over_its_cache(checkpoints, o3_exports):
 @pytest.mark.parametrize("model_type", ["mistral", "gemma2"])
 def test_o3_keeps_bounded_sliding_caches(model_type, tmp_path):
     """Window 6 (sliding layers hold 5 positions; gemma2's layers alternate sliding / full) and a 9-token
-    prompt: O3 generates like PyTorch. mistral's attentions are GroupQueryAttention on the bounded cache."""
+    prompt: O3 generates like PyTorch. mistral's attentions are given the bounded cache."""
     sizes = dict(head_dim=16, query_pre_attn_scalar=16) if model_type == "gemma2" else {}
     ckpt = save_tiny_decoder(model_type, tmp_path / "ckpt", sliding_window=6, **sizes)
     out = tmp_path / "o3"
     _export(ckpt, out, "--optimize", "O3")
     if model_type == "mistral":
-        assert read_manifest(out)["contrib_ops"]["GroupQueryAttention"] == 2
+        manifest = read_manifest(out)
+        assert manifest["contrib_ops"]["Attention"] == 2 and "cache_attention" not in manifest["unfused"]
     inputs = padded_batch(AutoTokenizer.from_pretrained(out))
     assert inputs["input_ids"].shape[1] > 6
     assert_causal_lm_parity(ORTModelForCausalLM.from_pretrained(out),

@@ -6,8 +6,8 @@ A level is a list of onnx_ir passes (`onnx_passes`, one job each; `passes(level)
   projection's weight left unpacked for onnxruntime; still standard ONNX;
 - O3: + fusions into onnxruntime's CPU contrib ops (onnxscript's: RMSNorm, skip norms, rotary, GELU...),
   plus — decided before translation — SDPA as ONNX `Attention` (opset 23) on unrepeated grouped key/value
-  heads, which becomes onnxruntime's `GroupQueryAttention` over the cache; a fusion that matched nothing
-  says why (`unfused`);
+  heads, then given the cache and token-major inputs (`cache_attention`); a fusion that matched nothing says
+  why (`unfused`);
 - O4: O3 + fp16 for a GPU: refused (no fp16 path yet, and it needs a CUDA device).
 """
 
@@ -20,8 +20,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from ..errors import ExportError
-from .onnx_passes import fused, unfused
-from .onnx_passes.group_query_attention import CONTRIB_DOMAIN, GroupQueryAttention
+from .onnx_passes import CONTRIB_DOMAIN, fused, unfused
+from .onnx_passes.cache_attention import CacheAttention
 from .onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from .onnx_passes.ort_fusions import OrtFusion
 from .onnx_passes.pack_matmuls import PackMatmuls
@@ -63,7 +63,7 @@ def passes(level: str | None) -> list[ir.passes.PassBase]:
                              "rotary_embedding", "cos_sin_cache")),
             common_passes.CommonSubexpressionEliminationPass(),
             OrtFusion("partial_rotary_embedding"),
-            GroupQueryAttention(),  # after the rotary fusions: it reads them
+            CacheAttention(),  # after the rotary fusions: it reads them
             OrtFusion("gelu"), OrtFusion("bias_gelu"),
             ShareInputDims(),  # the attention fusion reads input dims again
             OnnxscriptOptimize(),

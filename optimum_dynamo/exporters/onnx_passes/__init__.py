@@ -11,6 +11,7 @@ import onnx_ir as ir
 
 logger = logging.getLogger(__name__)
 
+CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
 UNFUSED_KEY = "optimum_dynamo.unfused"  # model.meta: fusion name -> why it matched nothing
 FUSED_KEY = "optimum_dynamo.fused"  # model.meta: fusion name -> how many times it applied
 

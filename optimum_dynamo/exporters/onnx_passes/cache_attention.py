@@ -1,18 +1,18 @@
-"""Attention over a growing key/value cache -> onnxruntime's `GroupQueryAttention` (`--optimize O3`).
+"""Attention over a growing key/value cache -> ONNX `Attention` given the cache (`--optimize O3`).
 
 The translated decoder attends with ONNX `Attention` on the cache grown in the graph:
 
     Attention(q, Concat(past_key, k, axis=-2), Concat(past_value, v, axis=-2), mask)
 
-(heads-first [batch, heads, seq, head_dim], key/value heads unrepeated). onnxruntime's fastest CPU kernel
-for this is `GroupQueryAttention` (token-major [batch, seq, heads * head_dim] inputs, the cache appended
-inside). It is fed the graph's own mask as an additive `attention_bias`, with every row's length set to
-the full length, so left padding and sliding windows behave exactly as the mask says (onnxscript's GQA
-fusion rebuilds the mask from lengths instead: right padding only). Its CPU kernel refuses one case: a
-batch of several rows continuing by several tokens over a non-empty cache (prefix caching, assisted
-decoding); an `If` sends that case to the standard `Attention` with the cache inputs, so the graph still
-serves every call. Token-major inputs are taken from before the heads-first reshape when the graph has one
-(rotary embeddings then run token-major too); otherwise transposed.
+(heads-first [batch, heads, seq, head_dim], key/value heads unrepeated). The pass gives the kernel the cache
+instead (`past_key` / `past_value` inputs: it appends the new keys and values itself) and token-major
+[batch, seq, heads * head_dim] inputs, taken from before the heads-first reshape when the graph has one
+(rotary embeddings then run token-major too); otherwise transposed. The graph's own mask is kept, so left
+padding and sliding windows behave exactly as the mask says, and every call shape is served.
+
+onnxruntime's contrib `GroupQueryAttention` was used before: its CPU kernel refuses several rows continuing by
+several tokens over a non-empty cache, which took an `If` per layer, and with it a decode step measured 3-8%
+slower than this graph's (onnxruntime 1.31, one and two threads, batch 1 and 4; benchmarks/decode_step.py).
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from . import note_fused, note_unfused
-
-CONTRIB_DOMAIN = "com.microsoft"  # onnxruntime's contrib operators
+from . import CONTRIB_DOMAIN, note_fused, note_unfused
 
 
-def fuse_group_query_attention(model: ir.Model) -> tuple[int, str]:
+def fuse_cache_attention(model: ir.Model) -> tuple[int, str]:
     """Rewrite in place; return the number of attentions rewritten and, when none, why."""
     graph = model.graph
-    count, shared, reasons = 0, {}, []
+    count, reasons = 0, []
     for node in list(graph):
         if node.op_type != "Attention" or node.domain != "":
             continue
@@ -36,22 +34,20 @@ def fuse_group_query_attention(model: ir.Model) -> tuple[int, str]:
         if isinstance(found, str):
             reasons.append(found)
             continue
-        _rewrite(graph, node, shared, *found)
+        _rewrite(graph, node, *found)
         count += 1
-    if count:
-        model.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
     return count, reasons[0] if reasons else "no ONNX Attention in the graph (SDPA was not translated to it)"
 
 
-class GroupQueryAttention(ir.passes.InPlacePass):
-    """`fuse_group_query_attention`; records why it matched nothing."""
+class CacheAttention(ir.passes.InPlacePass):
+    """`fuse_cache_attention`; records why it matched nothing."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count, reason = fuse_group_query_attention(model)
+        count, reason = fuse_cache_attention(model)
         if count:
-            note_fused(model, "group_query_attention", count)
+            note_fused(model, "cache_attention", count)
         else:
-            note_unfused(model, "group_query_attention", reason)
+            note_unfused(model, "cache_attention", reason)
         return ir.passes.PassResult(model, count > 0)
 
 
@@ -80,7 +76,7 @@ def _match(node: ir.Node):
     if query is None or query.dtype != ir.DataType.FLOAT:
         return "attention's query is not float32"
     if mask is None or len(_dims(mask) or []) != 4:
-        return "attention has no 4D mask (a causal flag instead)"  # the graph's own mask is what both kernels get
+        return "attention has no 4D mask (a causal flag instead)"  # the graph's own mask is what the kernel gets
     key_cache, value_cache = _grown(key), _grown(value)
     q_dims, k_dims = _dims(query), _dims(key_cache[2]) if key_cache else None
     if key_cache is None or value_cache is None:
@@ -100,10 +96,7 @@ def _const(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     return graph.initializers[name]
 
 
-def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, heads: int, kv_heads: int, head_dim: int, key_cache,
-             value_cache):
-    """`shared`: lengths and condition computed once per cache dims (inputs of equally named dims have equal
-    sizes), the bias once per mask."""
+def _rewrite(graph: ir.Graph, node: ir.Node, heads: int, kv_heads: int, head_dim: int, key_cache, value_cache):
     query, mask = node.inputs[0], node.inputs[3]
     key_concat, past_key, key = key_cache
     value_concat, past_value, value = value_cache
@@ -114,49 +107,17 @@ def _rewrite(graph: ir.Graph, node: ir.Node, shared: dict, heads: int, kv_heads:
         new.append(made)
         return made.outputs if outputs > 1 else made.outputs[0]
 
-    one = _const(graph, "gqa_one", np.array([1], dtype=np.int64))
-    token_major = _const(graph, "gqa_token_major", np.array([0, 0, -1], dtype=np.int64))
+    token_major = _const(graph, "attention_token_major", np.array([0, 0, -1], dtype=np.int64))
 
     def tokens(x: ir.Value, count: int) -> ir.Value:
         return _token_major(x, count, op, token_major)
 
     q, k, v = tokens(query, heads), tokens(key, kv_heads), tokens(value, kv_heads)
-    # lengths and the kernel choice depend on the cache's dims only (a mask's query length is the same in every
-    # layer); the bias on the mask (sliding and full layers have their own)
-    cache_dims = tuple(str(d) for d in past_key.shape) if past_key.is_graph_input() and past_key.shape else id(past_key)
-    if cache_dims not in shared:
-        batch = op("Shape", [past_key], start=0, end=1)
-        past = op("Shape", [past_key], start=2, end=3)
-        new_tokens = op("Shape", [mask], start=2, end=3)
-        total = op("Add", [past, new_tokens])
-        lengths = op("Cast", [op("Expand", [op("Sub", [total, one]), batch])], to=ir.DataType.INT32)
-        total_scalar = op("Cast", [op("Squeeze", [total])], to=ir.DataType.INT32)
-        # GroupQueryAttention's CPU kernel serves one row, one new token or an empty cache
-        served = op("Or", [op("Or", [op("Equal", [batch, one]), op("Equal", [new_tokens, one])]),
-                           op("Equal", [past, _const(graph, "gqa_zero", np.array([0], dtype=np.int64))])])
-        shared[cache_dims] = lengths, total_scalar, served
-    if id(mask) not in shared:
-        shared[id(mask)] = mask if mask.dtype == ir.DataType.FLOAT else op("Where", [
-            mask, _const(graph, "gqa_keep", np.array(0.0, dtype=np.float32)),
-            _const(graph, "gqa_drop", np.array(np.finfo(np.float32).min, dtype=np.float32))])
-    (lengths, total_scalar, served), bias = shared[cache_dims], shared[id(mask)]
     options = {k: node.attributes[k].value for k in ("scale", "softcap") if k in node.attributes}
-    fused = ir.node("GroupQueryAttention", [q, k, v, past_key, past_value, lengths, total_scalar, None, None, None,
-                                            bias], attributes=dict(num_heads=heads, kv_num_heads=kv_heads, **options),
-                    domain=CONTRIB_DOMAIN, num_outputs=3)
-    standard = ir.node("Attention", [q, k, v, mask, past_key, past_value],
-                       attributes=dict(q_num_heads=heads, kv_num_heads=kv_heads, **options), num_outputs=3)
+    attended, present_key, present_value = op("Attention", [q, k, v, mask, past_key, past_value], outputs=3,
+                                              q_num_heads=heads, kv_num_heads=kv_heads, **options)
     q_dims = _dims(query)
-    for inner in (fused, standard):  # subgraph outputs carry their types
-        inner.outputs[0].shape = ir.Shape([q_dims[0], q_dims[2], heads * head_dim])
-        for output, concat in zip(inner.outputs[1:], (key_concat, value_concat)):
-            output.shape = concat.outputs[0].shape
-        for output in inner.outputs:
-            output.type = query.type
-    branches = {name: ir.Graph([], list(inner.outputs), nodes=[inner], name=f"{node.name or 'attention'}_{name}")
-                for name, inner in (("then_branch", fused), ("else_branch", standard))}
-    attended, present_key, present_value = op("If", [served], outputs=3, **branches)
-    attended.shape, attended.type = fused.outputs[0].shape, query.type
+    attended.shape, attended.type = ir.Shape([q_dims[0], q_dims[2], heads * head_dim]), query.type
     graph.insert_before(node, new)
     _replace_heads_first(graph, node, node.outputs[0], attended, heads, head_dim)
     for concat, present in ((key_concat, present_key), (value_concat, present_value)):
@@ -212,11 +173,11 @@ def _replace_heads_first(graph: ir.Graph, node: ir.Node, old: ir.Value, attended
         if len(back) == 1 and back[0].node.op_type == "Reshape" and len(_dims(back[0].node.outputs[0]) or []) == 3:
             back[0].node.outputs[0].replace_all_uses_with(attended, replace_graph_outputs=True)
             return
-    shape = _const(graph, f"gqa_heads_first_{heads}x{head_dim}", np.array([0, 0, heads, head_dim], dtype=np.int64))
+    shape = _const(graph, f"attention_heads_first_{heads}x{head_dim}", np.array([0, 0, heads, head_dim], dtype=np.int64))
     split = ir.node("Reshape", [attended, shape])
     transpose = ir.node("Transpose", [split.outputs[0]], attributes={"perm": [0, 2, 1, 3]})
     graph.insert_before(node, [split, transpose])
     old.replace_all_uses_with(transpose.outputs[0], replace_graph_outputs=True)
 
 
-__all__ = ["CONTRIB_DOMAIN", "GroupQueryAttention", "fuse_group_query_attention"]
+__all__ = ["CacheAttention", "fuse_cache_attention"]

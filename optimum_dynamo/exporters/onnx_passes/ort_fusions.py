@@ -2,7 +2,7 @@
 
 RMSNorm -> SimplifiedLayerNormalization, residual + norm -> Skip(Simplified)LayerNormalization, rotary
 embedding, its cos/sin cache, GELU, bias-GELU. onnxscript's attention fusions are not used (see
-`group_query_attention`).
+`cache_attention`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from .group_query_attention import CONTRIB_DOMAIN
+from . import CONTRIB_DOMAIN
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
 _COLUMNS = 4096  # output columns quantized at a time
