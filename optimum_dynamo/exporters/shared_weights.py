@@ -10,9 +10,11 @@ another name in another graph are one tensor on disk).
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import onnx
+
+from .onnx import onnx_files
 
 ALIGNMENT = 4096  # page-aligned offsets, as onnx aligns large external tensors, so that a runtime can map them
 
@@ -64,4 +66,13 @@ def share_weights(directory: Path, graphs: list[str], target: str) -> int:
     return size
 
 
-__all__ = ["share_weights"]
+def share_component_weights(staging: Path, parts: list, target: str) -> None:
+    """`share_weights` over the graphs of `parts` (components whose graphs sit in `target`'s directory, relative to
+    `staging`); each part then names `target`'s file as its weights (the manifest lists that file once)."""
+    target = PurePosixPath(target)
+    share_weights(staging / target.parent, [PurePosixPath(onnx_files(part)[0]).name for part in parts], target.name)
+    for part in parts:
+        part.weights = target.name
+
+
+__all__ = ["share_component_weights", "share_weights"]

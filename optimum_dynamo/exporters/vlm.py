@@ -42,8 +42,7 @@ from .base import ExportContext, _load_model, _tasks_auto_class
 from .component import Component
 from .image_features import default_image, image_components, image_sizes, other_image
 from .observed import ObservedOnnxExporter
-from .onnx import onnx_files
-from .shared_weights import share_weights
+from .shared_weights import share_component_weights
 from .vlm_prompts import default_prompt, image_placeholder, image_token, processor_inputs  # noqa: F401 (public here too)
 from .vlm_steps import observe_steps
 
@@ -426,11 +425,7 @@ class VlmOnnxExporter(ObservedOnnxExporter):
     def save(self, ctx: ExportContext) -> None:
         super().save(ctx)
         if shared := self.layout.get("weights"):  # the step graphs: the weights they hold in common, stored once
-            shared = PurePosixPath(shared)
-            share_weights(ctx.staging / shared.parent, [PurePosixPath(onnx_files(p)[0]).name for p in ctx.components],
-                          shared.name)
-            for part in ctx.components:
-                part.weights = shared.name
+            share_component_weights(ctx.staging, ctx.components, shared)
 
     def copy_files(self, ctx: ExportContext) -> None:
         (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))

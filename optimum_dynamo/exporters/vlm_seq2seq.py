@@ -15,9 +15,8 @@ from __future__ import annotations
 from ..capture.drivers import drive_seq2seq_generation
 from .base import ExportContext
 from .image_features import default_image
-from .onnx import onnx_files
 from .seq2seq import TEXT_ENCODER, Seq2SeqOnnxExporter
-from .shared_weights import share_weights
+from .shared_weights import share_component_weights
 from .vlm import load_processor
 from .vlm_prompts import default_prompt, processor_inputs, text_batches
 
@@ -55,9 +54,7 @@ class Seq2SeqVlmOnnxExporter(Seq2SeqOnnxExporter):
         super().save(ctx)
         encoders = [part for part in ctx.components if part.name in ("encoder_model", TEXT_ENCODER)]
         if len(encoders) == 2:  # the text encoder's weights are the encoder's: stored once
-            share_weights(ctx.staging, [onnx_files(part)[0] for part in encoders], ENCODER_WEIGHTS)
-            for part in encoders:
-                part.weights = ENCODER_WEIGHTS
+            share_component_weights(ctx.staging, encoders, ENCODER_WEIGHTS)
 
 
 __all__ = ["Seq2SeqVlmOnnxExporter", "image_text_batches"]
