@@ -12,6 +12,7 @@ from optimum_dynamo.exporters.onnx_passes.cache_attention import CacheAttention
 from optimum_dynamo.exporters.onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from optimum_dynamo.exporters.onnx_passes.ort_fusions import OrtFusion
 from optimum_dynamo.exporters.onnx_passes.pack_matmuls import PackMatmuls
+from optimum_dynamo.exporters.onnx_passes.rotary_positions import RotaryAtPositions
 from optimum_dynamo.exporters.onnx_passes.shapes import SimplifyShapes
 from optimum_dynamo.exporters.onnx_passes.share_input_dims import ShareInputDims
 from optimum_dynamo.exporters.onnx_passes.unpack_vocab import WIDE_OUTPUT, UnpackVocab
@@ -214,6 +215,41 @@ def test_cache_attention_says_why_it_did_not_fuse():
     model = _model(build, _attention_inputs(grown=False))
     assert not CacheAttention()(model).modified and _ops(model) == ["Attention"]
     assert unfused(model)["cache_attention"].startswith("attention is not over a grown cache")
+
+
+def _rotary_over_a_table(t, x, positions):
+    """onnxscript's cos/sin-cache fusion without a bound: a table up to the largest position, indexed by the positions."""
+    largest = t.op("Add", [t.op("ReduceMax", [positions], {"keepdims": 0}), _const(t, np.int64(1), "one")])
+    table = t.op("Range", [_const(t, np.int64(0), "zero"), largest, _const(t, np.int64(1), "step")])
+    rows = t.op("Cast", [t.op("Reshape", [table, _const(t, np.array([-1, 1]), "column")])], {"to": FLOAT})
+    inv_freq = _const(t, (1.0 / 10000 ** (np.arange(0, HEAD_DIM, 2) / HEAD_DIM)).astype(np.float32)[None], "inv_freq")
+    angles = t.op("MatMul", [rows, inv_freq])
+    cos, sin = t.op("Cos", [angles]), t.op("Sin", [angles])
+    return [t.op("RotaryEmbedding", [x, positions, cos, sin], {"num_heads": HEADS}, domain="com.microsoft")]
+
+
+def test_rotary_at_positions():
+    """cos/sin at the call's positions only, the rotations given their row numbers: the same outputs, bit for bit,
+    for decode steps far into the sequence and left-padded rows; no table up to the largest position."""
+    model = _model(_rotary_over_a_table, [_input("x", ["batch", "sequence", HEADS * HEAD_DIM]),
+                                          _input("positions", ["batch", "sequence"], ir.DataType.INT64)])
+    model.opset_imports["com.microsoft"] = 1
+    feeds = [{"x": RNG.standard_normal((2, 1, HEADS * HEAD_DIM), dtype=np.float32),
+              "positions": np.array([[4095], [4090]])},
+             {"x": RNG.standard_normal((2, 4, HEADS * HEAD_DIM), dtype=np.float32),
+              "positions": np.array([[0, 1, 2, 3], [1, 1, 0, 1]])}]
+    before = [_run(model, feed) for feed in feeds]
+    _apply(RotaryAtPositions(), model, feeds[0])
+    for expected, feed in zip(before, feeds):
+        np.testing.assert_array_equal(_run(model, feed)[0], expected[0])
+    assert "ReduceMax" not in _ops(model) and {"Size", "Range", "Cos", "Sin"} <= set(_ops(model))
+    assert unfused(model) == {}
+
+
+def test_rotary_at_positions_says_why_it_did_not_apply():
+    model = _model(lambda t, x: [t.op("Cos", [x])], [_input("x", [2])])
+    assert not RotaryAtPositions()(model).modified
+    assert unfused(model)["rotary_at_positions"] == "cos is not taken of a table Range(0, n) x inv_freq"
 
 
 def test_levels_and_extra_passes():

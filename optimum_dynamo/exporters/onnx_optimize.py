@@ -25,6 +25,7 @@ from .onnx_passes.cache_attention import CacheAttention
 from .onnx_passes.onnxscript_optimize import OnnxscriptOptimize
 from .onnx_passes.ort_fusions import OrtFusion
 from .onnx_passes.pack_matmuls import PackMatmuls
+from .onnx_passes.rotary_positions import RotaryAtPositions
 from .onnx_passes.shapes import SimplifyShapes
 from .onnx_passes.share_input_dims import ShareInputDims, share_input_dims
 from .onnx_passes.unpack_vocab import UnpackVocab
@@ -64,6 +65,7 @@ def passes(level: str | None) -> list[ir.passes.PassBase]:
             common_passes.CommonSubexpressionEliminationPass(),
             OrtFusion("partial_rotary_embedding"),
             CacheAttention(),  # after the rotary fusions: it reads them
+            RotaryAtPositions(),  # after the attention's: its token-major rotations read the table too
             OrtFusion("gelu"), OrtFusion("bias_gelu"),
             ShareInputDims(),  # the attention fusion reads input dims again
             OnnxscriptOptimize(),
