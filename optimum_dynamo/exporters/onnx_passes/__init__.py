@@ -36,3 +36,34 @@ def fused(model: ir.Model) -> dict[str, int]:
 def unfused(model: ir.Model) -> dict[str, str]:
     """The fusions that matched nothing in `model`: name -> reason."""
     return dict(model.meta.get(UNFUSED_KEY, {}))
+
+
+class NodeRewrite(ir.passes.InPlacePass):
+    """A pass rewriting each standard-domain node of `op_type` that `match` accepts (`match(node)` -> the arguments
+    of `rewrite(graph, node, *arguments)`, or why not); records how many it rewrote, or why none."""
+
+    name = op_type = ""
+    none_found = ""  # why nothing was rewritten when no node of `op_type` was there to try
+
+    def match(self, node: ir.Node):
+        raise NotImplementedError
+
+    def rewrite(self, graph: ir.Graph, node: ir.Node, *found) -> None:
+        raise NotImplementedError
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count, reasons = 0, []
+        for node in list(model.graph):
+            if node.op_type != self.op_type or node.domain != "":
+                continue
+            found = self.match(node)
+            if isinstance(found, str):
+                reasons.append(found)
+                continue
+            self.rewrite(model.graph, node, *found)
+            count += 1
+        if count:
+            note_fused(model, self.name, count)
+        else:
+            note_unfused(model, self.name, reasons[0] if reasons else self.none_found)
+        return ir.passes.PassResult(model, count > 0)

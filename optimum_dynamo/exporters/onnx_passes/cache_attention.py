@@ -20,35 +20,20 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from . import CONTRIB_DOMAIN, note_fused, note_unfused
+from . import CONTRIB_DOMAIN, NodeRewrite
 
 
-def fuse_cache_attention(model: ir.Model) -> tuple[int, str]:
-    """Rewrite in place; return the number of attentions rewritten and, when none, why."""
-    graph = model.graph
-    count, reasons = 0, []
-    for node in list(graph):
-        if node.op_type != "Attention" or node.domain != "":
-            continue
-        found = _match(node)
-        if isinstance(found, str):
-            reasons.append(found)
-            continue
+class CacheAttention(NodeRewrite):
+    """Each ONNX Attention over a grown cache, given the cache instead."""
+
+    name, op_type = "cache_attention", "Attention"
+    none_found = "no ONNX Attention in the graph (SDPA was not translated to it)"
+
+    def match(self, node: ir.Node):
+        return _match(node)
+
+    def rewrite(self, graph: ir.Graph, node: ir.Node, *found) -> None:
         _rewrite(graph, node, *found)
-        count += 1
-    return count, reasons[0] if reasons else "no ONNX Attention in the graph (SDPA was not translated to it)"
-
-
-class CacheAttention(ir.passes.InPlacePass):
-    """`fuse_cache_attention`; records why it matched nothing."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count, reason = fuse_cache_attention(model)
-        if count:
-            note_fused(model, "cache_attention", count)
-        else:
-            note_unfused(model, "cache_attention", reason)
-        return ir.passes.PassResult(model, count > 0)
 
 
 def _dims(value: ir.Value | None) -> list | None:
@@ -180,4 +165,4 @@ def _replace_heads_first(graph: ir.Graph, node: ir.Node, old: ir.Value, attended
     old.replace_all_uses_with(transpose.outputs[0], replace_graph_outputs=True)
 
 
-__all__ = ["CacheAttention", "fuse_cache_attention"]
+__all__ = ["CacheAttention"]

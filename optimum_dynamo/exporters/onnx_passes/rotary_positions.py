@@ -14,35 +14,20 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from . import CONTRIB_DOMAIN, note_fused, note_unfused
+from . import CONTRIB_DOMAIN, NodeRewrite
 
 
-def rotary_at_positions(model: ir.Model) -> tuple[int, str]:
-    """Rewrite in place; return the number of cos/sin tables replaced and, when none, why."""
-    graph = model.graph
-    count, reasons = 0, []
-    for node in list(graph):
-        if node.op_type != "Cos" or node.domain != "":
-            continue
-        found = _match(node)
-        if isinstance(found, str):
-            reasons.append(found)
-            continue
+class RotaryAtPositions(NodeRewrite):
+    """Each cos/sin table up to the largest position, computed at the positions instead."""
+
+    name, op_type = "rotary_at_positions", "Cos"
+    none_found = "no cos/sin table in the graph"
+
+    def match(self, node: ir.Node):
+        return _match(node)
+
+    def rewrite(self, graph: ir.Graph, node: ir.Node, *found) -> None:
         _rewrite(graph, node, *found)
-        count += 1
-    return count, reasons[0] if reasons else "no cos/sin table in the graph"
-
-
-class RotaryAtPositions(ir.passes.InPlacePass):
-    """`rotary_at_positions`; records why it matched nothing."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count, reason = rotary_at_positions(model)
-        if count:
-            note_fused(model, "rotary_at_positions", count)
-        else:
-            note_unfused(model, "rotary_at_positions", reason)
-        return ir.passes.PassResult(model, count > 0)
 
 
 def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
@@ -119,4 +104,4 @@ def _rewrite(graph: ir.Graph, cos: ir.Node, sin: ir.Node, cast: ir.Node, inv_fre
     # the table's nodes are left unused: the optimizer's dead-code removal takes them out
 
 
-__all__ = ["RotaryAtPositions", "rotary_at_positions"]
+__all__ = ["RotaryAtPositions"]
