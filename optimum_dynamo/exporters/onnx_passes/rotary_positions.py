@@ -42,7 +42,7 @@ def _constant(value: ir.Value | None) -> list | None:
 
 
 def _match(cos: ir.Node):
-    """(sin, cast, inv_freq, positions, rotary nodes) of a table built from the positions' maximum, else why not."""
+    """(cast, inv_freq, positions, rotary nodes) of a table built from the positions' maximum, else why not."""
     angles = cos.inputs[0]
     matmul = _producer(angles, "MatMul")
     cast = _producer(matmul.inputs[0], "Cast") if matmul else None
@@ -72,17 +72,17 @@ def _match(cos: ir.Node):
         return "the cos/sin table is read by other than RotaryEmbedding at the same positions"
     if cos.outputs[0].is_graph_output() or sins[0].outputs[0].is_graph_output():
         return "the cos/sin table is a graph output"
-    return sins[0], cast, inv_freq, positions, rotary
+    return cast, inv_freq, positions, rotary
 
 
-def _rewrite(graph: ir.Graph, cos: ir.Node, sin: ir.Node, cast: ir.Node, inv_freq: ir.Value, positions: ir.Value,
+def _rewrite(graph: ir.Graph, cos: ir.Node, cast: ir.Node, inv_freq: ir.Value, positions: ir.Value,
              rotary: set[ir.Node]) -> None:
     label = f"{cos.name or 'rotary'}_at_positions"
     new: list[ir.Node] = []
 
     def op(op_type, inputs, **attributes):
         made = ir.node(op_type, inputs, attributes=attributes)
-        made.outputs[0].name = f"{label}_{len(new)}"  # named here: subgraphs hold names the graph's own naming misses
+        made.outputs[0].name = f"{label}_{len(new)}"
         new.append(made)
         return made.outputs[0]
 
