@@ -100,6 +100,67 @@ def _fill_attention_mask(forward):
     return wrapper
 
 
+def _cache_keyword(call):
+    """optimum's `ORTSessionMixin.__call__` (every ORT model's) handing a forward written with `past_key_values` the
+    cache that transformers' generate passes as `cache=` since 5.24 (a forward that takes `cache` gets it as is)."""
+    import functools
+    import inspect
+
+    takes = {}
+
+    @functools.wraps(call)
+    def wrapper(self, *args, **kwargs):
+        if "cache" in kwargs:
+            cls = type(self)
+            if cls not in takes:
+                takes[cls] = "cache" in inspect.signature(cls.forward).parameters
+            if not takes[cls]:
+                kwargs["past_key_values"] = kwargs.pop("cache")
+        return call(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _old_names_init(init):
+    """optimum's `ModelPatcher.__init__` (torchscript export and its validation) over the model's forward as spelled
+    before 5.24: optimum-onnx's configs name the cache `past_key_values`, in (dummy inputs, input order) and out."""
+    import functools
+
+    from .cache_argument import spelled_before
+
+    @functools.wraps(init)
+    def __init__(self, config, model, *args, **kwargs):
+        forward = getattr(model, "forward", None)
+        spelled = spelled_before(forward) if forward is not None else None
+        if spelled is not forward:
+            self.forward_before_rename = vars(model).get("forward")  # an instance attribute, if any
+            model.forward = spelled
+        init(self, config, model, *args, **kwargs)
+
+    return __init__
+
+
+def _old_names_exit(exit_):
+    """`ModelPatcher.__exit__` putting back the forward `_old_names_init` replaced."""
+    import functools
+
+    @functools.wraps(exit_)
+    def __exit__(self, *exc):
+        exit_(self, *exc)
+        if hasattr(self, "forward_before_rename"):
+            if self.forward_before_rename is None:
+                vars(self._model).pop("forward", None)
+            else:
+                self._model.forward = self.forward_before_rename
+
+    return __exit__
+
+
+def _layer_update(update):
+    """optimum's traceable `DynamicLayer.update` taking what a 5.24 cache passes its layers (`kwargs=`)."""
+    return lambda self, key_states, value_states, *args, **kwargs: update(self, key_states, value_states)
+
+
 _TF = "transformers"
 _ORT = "optimum.onnxruntime.modeling_decoder"
 _ORT_S2S = "optimum.onnxruntime.modeling_seq2seq"
@@ -131,6 +192,14 @@ SHIMS = [
     # generate() drops an all-ones attention_mask; ORT sessions exported with one still require it.
     Shim(_ORT, "ORTModelForCausalLM.forward", "5.14.0", lambda m: _fill_attention_mask(m.ORTModelForCausalLM.forward),
          replace=True),
+    # generate() hands the cache over as `cache=` since 5.24; optimum's forwards take `past_key_values`.
+    Shim("optimum.onnxruntime.base", "ORTSessionMixin.__call__", "5.24.0",
+         lambda m: _cache_keyword(m.ORTSessionMixin.__call__), replace=True),
+    # Torchscript export: optimum-onnx's configs name the cache `past_key_values`, in and out.
+    Shim(_PATCHER, "ModelPatcher.__init__", "5.24.0", lambda m: _old_names_init(m.ModelPatcher.__init__), replace=True),
+    Shim(_PATCHER, "ModelPatcher.__exit__", "5.24.0", lambda m: _old_names_exit(m.ModelPatcher.__exit__), replace=True),
+    Shim(_PATCHER, "patched_dynamic_layer_update", "5.24.0", lambda m: _layer_update(m.patched_dynamic_layer_update),
+         replace=True),
     # Torchscript export (model_patcher) turns caches into tuples and back.
     Shim(f"{_TF}.cache_utils", "DynamicCache.from_legacy_cache", "5.0.0", lambda _: classmethod(_from_legacy_cache)),
     Shim(f"{_TF}.cache_utils", "DynamicCache.to_legacy_cache", "5.0.0", lambda _: _to_legacy_cache),
@@ -143,6 +212,7 @@ SHIMS = [
 ]
 
 applied: list[Shim] = []  # entries that changed something, in order
+_made: dict[Shim, object] = {}  # what each entry set last
 
 
 _version_checked: dict[str, bool] = {}
@@ -171,8 +241,12 @@ def _apply(shim: Shim, module) -> None:
     if owner is None:  # the class itself is gone: leave the import alone
         logger.warning("legacy_bridge: cannot apply %s.%s", shim.module, shim.attr)
         return
-    if shim.replace or not hasattr(owner, name):
-        setattr(owner, name, shim.make(module))
+    current = getattr(owner, name, _made)
+    if current is _made.get(shim):  # set by this entry already (a replacement is not wrapped twice)
+        return
+    if shim.replace or current is _made:
+        _made[shim] = value = shim.make(module)
+        setattr(owner, name, value)
         applied.append(shim)
 
 

@@ -6,6 +6,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from legacy_bridge import cache_argument
+
 from .capture import (
     drive_image_forward,
     drive_multiple_choice,
@@ -78,6 +80,8 @@ class Task:
 
         forward = inspect.signature(model.forward).parameters
         wanted = set(self.runtime_inputs())
+        if "past_key_values" in wanted:  # the runtime's name; the model's own may be another (`cache` on 5.24+)
+            wanted.add(cache_kwarg(model))
         if self.with_past and is_state_model(model):
             wanted |= {cache_kwarg(model), "cache_position"}
         return [name for name in forward if name in wanted]
@@ -114,7 +118,7 @@ def with_past(task: str, config=None) -> str:
     """`task` with "-with-past" where generation keeps a cache: encoder-decoder tasks, and text generation
     (when `config` is given: if the model's forward takes a cache)."""
     if task in ENCODER_DECODER_TASKS or (
-        task == "text-generation" and (config is None or "past_key_values" in _forward_params(config))
+        task == "text-generation" and (config is None or cache_argument.renamed("past_key_values") in _forward_params(config))
     ):
         return task + "-with-past"
     return task

@@ -1,5 +1,6 @@
 """The cache registry: round trips, optimum names, reversible pytree/optree registration."""
 
+import contextlib
 import logging
 
 import optree
@@ -116,7 +117,8 @@ def test_previous_registration_is_restored():
         assert pytree.tree_leaves(_cache(layers=1)) == []
     finally:
         pytree._deregister_pytree_node(DynamicCache)
-        optree.unregister_pytree_node(DynamicCache, namespace="torch")
+        with contextlib.suppress(ValueError):  # torch >= 2.15 deregisters from optree itself
+            optree.unregister_pytree_node(DynamicCache, namespace="torch")
 
 
 def test_unknown_cache_class_is_an_error():

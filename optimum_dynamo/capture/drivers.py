@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from legacy_bridge import cache_argument
+
 from ..errors import PipelineError
 from ..flatten import is_cache
 from ..quiet import without_message
@@ -38,16 +40,13 @@ def drive_text_generation(model, tokenizer=None) -> None:
             return_dict_in_generate=True,
             **dict(options, max_new_tokens=1, min_new_tokens=1),
         )
-    if prefix.past_key_values is not None and not is_cache(prefix.past_key_values):  # XLNet's `mems`
-        raise PipelineError(f"{model.config.model_type}'s generate carries its past as a "
-                            f"{type(prefix.past_key_values).__name__} of tensors, not a cache: optimum's runtime "
-                            "has no way to feed it back, so it cannot be exported for text generation")
-    model.generate(
-        input_ids=second.input_ids,
-        attention_mask=second.attention_mask,
-        past_key_values=prefix.past_key_values,
-        **options,
-    )
+    cache = cache_argument.of(prefix)
+    if cache is not None and not is_cache(cache):  # XLNet's `mems`
+        raise PipelineError(f"{model.config.model_type}'s generate carries its past as a {type(cache).__name__} of "
+                            "tensors, not a cache: optimum's runtime has no way to feed it back, so it cannot be "
+                            "exported for text generation")
+    model.generate(input_ids=second.input_ids, attention_mask=second.attention_mask,
+                   **{cache_argument.name(): cache}, **options)
 
 
 @torch.no_grad()
@@ -121,4 +120,4 @@ def drive_seq2seq_generation(model, tokenizer=None, processor=None, batches=None
     masks = {k: v for k, v in batch.items() if k == "attention_mask"}
     scored = model(**masks, encoder_outputs=encoded, decoder_input_ids=tokens[:, :3], use_cache=True)
     model(**masks, encoder_outputs=encoded, decoder_input_ids=tokens[:, 3:],
-          past_key_values=scored.past_key_values, use_cache=True)
+          **{cache_argument.name(): cache_argument.of(scored)}, use_cache=True)

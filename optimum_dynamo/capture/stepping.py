@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import torch
 
+from legacy_bridge import cache_argument
+
 from .samples import forward_params
 
 
 def cache_kwarg(model) -> str:
-    """The forward kwarg that carries the cache: `cache_params` (Mamba), `state` (RWKV) or `past_key_values`."""
-    params = forward_params(model)
-    if "past_key_values" in params:
-        return "past_key_values"
-    return next((name for name in ("cache_params", "state") if name in params), "past_key_values")
+    """The forward kwarg that carries the cache: `cache` (transformers 5.24+), `past_key_values`, `cache_params`
+    (Mamba before 5.24) or `state` (RWKV)."""
+    return cache_argument.parameter(forward_params(model)) or cache_argument.name()
 
 
 def own_state_cache(model):
@@ -33,7 +33,7 @@ def is_state_model(model) -> bool:
     """Models driven one token at a time: Mamba-style models (their cache is `cache_params`), RWKV (its
     `state`), models with their own state cache class (transformers 4 hybrids), and models whose
     transformers >= 5 cache has linear-attention (state) layers."""
-    if cache_kwarg(model) != "past_key_values" or own_state_cache(model) is not None:
+    if cache_kwarg(model) in ("cache_params", "state") or own_state_cache(model) is not None:
         return True
     from ..flatten.states import is_state_layer
 
@@ -54,12 +54,13 @@ def zero_state(model, batch: int):
     from ..flatten.states import StateList
 
     ids = torch.zeros(batch, 1, dtype=torch.long)
-    cache = getattr(model.forward(input_ids=ids, use_cache=True), cache_kwarg(model))
+    cache = cache_argument.of(model.forward(input_ids=ids, use_cache=True))
     if type(cache) is list:  # a plain list of state tensors (RWKV): the list with a flattening
         cache = StateList(cache)
     own = own_state_cache(model)
     if cache is None and own is not None:  # transformers 4 Jamba/Zamba return no cache unless given one
-        cache = model.forward(input_ids=ids, use_cache=True, past_key_values=_new_cache(own, model, batch)).past_key_values
+        cache = cache_argument.of(model.forward(input_ids=ids, use_cache=True,
+                                                **{cache_kwarg(model): _new_cache(own, model, batch)}))
     names, tensors, context = flatten_cache(cache)
     empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
     return unflatten_cache(type(cache), context, empty)
@@ -94,7 +95,7 @@ def step_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         if "cache_position" in params:  # transformers 4 Mamba requires it, Jamba needs it past the first step
             inputs["cache_position"] = torch.tensor([t])
         out = model(**inputs)
-        cache = getattr(out, kwarg)
+        cache = cache_argument.of(out)
         if t >= length - 1:
             tokens.append(out.logits[:, -1].argmax(-1))
             ids = torch.cat([ids, tokens[-1][:, None]], dim=1)

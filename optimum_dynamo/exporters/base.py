@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 
+from legacy_bridge import cache_argument
+
 from .. import flatten, patches, quiet
 from ..flatten import flat_outputs
-from ..flatten.naming import CACHE_KWARGS, OUTPUT_PREFIX
+from ..flatten.naming import OUTPUT_PREFIX
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError, describe
@@ -217,7 +219,8 @@ def _no_cache(model_type: str, task: str) -> PipelineError:
 def check_takes_cache(model, model_type: str, task: str) -> None:
     """A -with-past decoder whose forward takes no cache at all (openai-gpt, xlm; rwkv keeps its `state`): refused before
     `generate` would refuse it in its own words."""
-    if not {"past_key_values", "cache_params", "past", "mems", "state"} & set(inspect.signature(model.forward).parameters):
+    params = inspect.signature(model.forward).parameters
+    if cache_argument.parameter(params) is None and not {"past", "mems"} & set(params):
         raise _no_cache(model_type, task)
 
 
@@ -229,12 +232,11 @@ def check_cache_returned(calls, model_type: str, task: str) -> None:
     for call in calls:
         if any(name.startswith(f"{OUTPUT_PREFIX}.") for name in flat_outputs(call.outputs)):
             return
-        for key in CACHE_KWARGS:
-            value = call.outputs.get(key) if isinstance(call.outputs, dict) else None
-            if isinstance(value, tuple) and value:
-                return
-            if value is not None and not isinstance(value, tuple) and not flatten.is_cache(value):
-                unregistered = f"{type(value).__module__}.{type(value).__qualname__}"
+        value = cache_argument.of(call.outputs)
+        if isinstance(value, tuple) and value:
+            return
+        if value is not None and not isinstance(value, tuple) and not flatten.is_cache(value):
+            unregistered = f"{type(value).__module__}.{type(value).__qualname__}"
     if unregistered:
         raise PipelineError(f"{model_type}: no cache flattening is registered for {unregistered} "
                             "(optimum_dynamo.flatten)")

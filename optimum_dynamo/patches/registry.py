@@ -12,10 +12,15 @@ Checks are lazy (registration imports nothing): `applied()` swaps in each active
 module is already imported (a model being exported has imported its modules; the others cannot be in use),
 checks its signature first — a target whose parameters differ from the replacement's raises `PatchError` —
 and always restores them. Patches are process-wide: do not export from two threads at once.
+
+A replacement names the cache `past_key_values` (Mamba-style: `cache_params`) on every transformers version: where
+the installed one calls it `cache` (5.24+, `legacy_bridge.cache_argument`), the signature check reads it so, the
+swapped-in function takes `cache=` and `original(target)` is given `past_key_values=` as `cache=`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -27,6 +32,8 @@ from typing import Any, Callable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from legacy_bridge import cache_argument
 
 
 class PatchError(RuntimeError):
@@ -92,15 +99,32 @@ class Patch:
         owner, attr = self.resolve()
         original = inspect.getattr_static(owner, attr)
         original = getattr(original, "__func__", original)
-        if _params(original) != _params(self.replacement):
+        if _params(original) != [(cache_argument.renamed(n), kind) for n, kind in _params(self.replacement)]:
             raise PatchError(
                 f"patch {self.name}: {self.target}{inspect.signature(original)} no longer matches "
                 f"the replacement{inspect.signature(self.replacement)}"
             )
 
+    def renames(self) -> dict[str, str]:
+        """{installed name: the replacement's name} of the cache parameters the installed transformers renamed."""
+        names = inspect.signature(self.replacement).parameters
+        return {cache_argument.renamed(n): n for n in names if cache_argument.renamed(n) != n}
+
 
 def _params(fn) -> list[tuple[str, Any]]:
     return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+
+def _keywords(fn: Callable, renames: dict[str, str]) -> Callable:
+    """`fn` taking its keyword arguments by the names in `renames` (old -> new); `fn` itself if there are none."""
+    if not renames:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return fn(*args, **{renames.get(k, k): v for k, v in kwargs.items()})
+
+    return call
 
 
 _PATCHES: list[Patch] = []
@@ -130,7 +154,7 @@ def active_patches() -> list[Patch]:
 
 
 def original(target: str) -> Any:
-    """The unpatched object behind `target` (for replacements that wrap it)."""
+    """The unpatched object behind `target` (for replacements that wrap it), taking the replacement's names."""
     return _ORIGINALS[target]
 
 
@@ -153,10 +177,12 @@ def applied(patches: list[Patch] | None = None, options: tuple[str, ...] = ()):
             for patch in patches:
                 patch.check()
                 owner, attr = patch.resolve()
-                _ORIGINALS[patch.target] = value = getattr(owner, attr)
+                value, renames = getattr(owner, attr), patch.renames()
+                _ORIGINALS[patch.target] = _keywords(value, {old: new for new, old in renames.items()})
+                swapped = _keywords(patch.replacement, renames)
                 for holder in [owner, *(_importers(owner, attr, value) if patch.where_imported else ())]:
                     saved = inspect.getattr_static(holder, attr)
-                    replacement = staticmethod(patch.replacement) if isinstance(saved, staticmethod) else patch.replacement
+                    replacement = staticmethod(swapped) if isinstance(saved, staticmethod) else swapped
                     setattr(holder, attr, replacement)
                     done.append((patch, holder, attr, saved))
             yield [p for p, *_ in done]
