@@ -123,6 +123,8 @@ def forward(model, input_ids, attention_mask=None, past_key_values=None, positio
     import torch
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
+    from . import cache_argument
+
     use_torch = isinstance(input_ids, torch.Tensor)
 
     def numpy(value):
@@ -138,4 +140,5 @@ def forward(model, input_ids, attention_mask=None, past_key_values=None, positio
     if use_torch:
         logits, state = torch.from_numpy(logits), [torch.from_numpy(s) for s in state]
     use_cache = use_cache if use_cache is not None else model.config.use_cache
-    return CausalLMOutputWithPast(logits=logits, past_key_values=model.state_graph.layers(state) if use_cache else None)
+    state = model.state_graph.layers(state) if use_cache else None
+    return CausalLMOutputWithPast(logits=logits, **{cache_argument.name(): state})

@@ -20,6 +20,8 @@ import logging
 import torch
 from transformers.modeling_outputs import BaseModelOutput, ModelOutput
 
+from legacy_bridge import cache_argument
+
 from ..capture import Call, InputObserver, observe
 from ..errors import PipelineError
 from ..flatten import flat_inputs
@@ -47,16 +49,16 @@ class DecoderWithHead(torch.nn.Module):
         out = self.model(
             decoder_input_ids=input_ids,
             encoder_outputs=self.encoder_output(last_hidden_state=encoder_hidden_states),
-            past_key_values=past_key_values,
+            **{cache_argument.name(): past_key_values},
             use_cache=self.use_cache,
             return_dict=True,
             **extra,
         )
-        return {"logits": out.logits, "past_key_values": out.past_key_values} if self.use_cache else {"logits": out.logits}
+        return {"logits": out.logits, "past_key_values": cache_argument.of(out)} if self.use_cache else {"logits": out.logits}
 
 
 def _has_past(kwargs: dict) -> bool:
-    return bool(flat_inputs(kwargs, ["past_key_values"]))
+    return bool(flat_inputs(kwargs, [n for n in cache_argument.NAMES if n in kwargs]))
 
 
 def decoder_call(call: Call, use_cache: bool) -> Call:
@@ -68,10 +70,10 @@ def decoder_call(call: Call, use_cache: bool) -> Call:
     if kw.get("attention_mask") is not None:
         inputs["encoder_attention_mask"] = kw["attention_mask"]
     if use_cache and _has_past(kw):
-        inputs["past_key_values"] = kw["past_key_values"]
+        inputs["past_key_values"] = cache_argument.of(kw)
     outputs = {"logits": call.outputs.logits}
     if use_cache:
-        outputs["past_key_values"] = call.outputs.past_key_values
+        outputs["past_key_values"] = cache_argument.of(call.outputs)
     return Call(inputs, outputs)
 
 

@@ -15,6 +15,8 @@ import inspect
 
 import torch
 
+from legacy_bridge import cache_argument
+
 
 def head_shapes(config) -> tuple[int, int]:
     """(key/value heads, head dim) of a text config."""
@@ -108,7 +110,8 @@ class StaticCacheLM(torch.nn.Module):
         for layer in self.cache.layers:
             if hasattr(layer, "cumulative_length"):
                 layer.cumulative_length.copy_(cache_position[0])
-        out = self.model(input_ids=input_ids, attention_mask=self.masks(cache_position), past_key_values=self.cache,
+        out = self.model(input_ids=input_ids, attention_mask=self.masks(cache_position),
+                         **{cache_argument.name(): self.cache},
                          use_cache=True, **extra)
         return out.logits
 

@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from legacy_bridge import cache_argument
+
 from ..capture import Call, InputObserver, observe
 from ..errors import ExportError, describe
 from ..options import ExportOptions
@@ -73,8 +75,8 @@ class TextDecoder(torch.nn.Module):
         make = type(self.model).create_masks_for_generate
         values = dict(
             config=self.model.config, input_embeds=inputs_embeds, inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask, cache_position=cache_position, past_key_values=past_key_values,
-            position_ids=position_ids, token_type_ids=token_type_ids,
+            attention_mask=attention_mask, cache_position=cache_position, position_ids=position_ids,
+            token_type_ids=token_type_ids, **{cache_argument.name(): past_key_values},
         )
         return make(**{k: v for k, v in values.items() if k in inspect.signature(make).parameters})
 
@@ -93,9 +95,9 @@ class TextDecoder(torch.nn.Module):
         extra = {"cache_position": cache_position} if self.takes_cache_position else {}
         out = self.model(
             inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=position_ids,
-            past_key_values=past_key_values, use_cache=True, logits_to_keep=1, **extra,
+            use_cache=True, logits_to_keep=1, **{cache_argument.name(): past_key_values}, **extra,
         )
-        return {"logits": out.logits, "past_key_values": out.past_key_values}
+        return {"logits": out.logits, "past_key_values": cache_argument.of(out)}
 
 
 @contextmanager
@@ -146,7 +148,7 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
         raise ExportError(f"{len(top)} model calls but {len(language)} language model calls: steps do not pair")
     calls = []
     for step, inner in zip(top, language):
-        embeds, past = inner.kwargs["inputs_embeds"], inner.kwargs["past_key_values"]
+        embeds, past = inner.kwargs["inputs_embeds"], cache_argument.of(inner.kwargs)
         mask = step.kwargs.get("attention_mask")
         if mask is None:
             mask = torch.ones(embeds.shape[0], past.get_seq_length() + embeds.shape[1], dtype=torch.long)
@@ -159,7 +161,7 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
             kwargs["token_type_ids"] = grown[:, : mask.shape[1]]
         if deepstack_layers:
             kwargs["deepstack_visual_embeds"] = dense_deepstack(inner, deepstack_layers, embeds.shape[0], embeds)
-        calls.append(Call(kwargs, {"logits": step.outputs.logits, "past_key_values": step.outputs.past_key_values}))
+        calls.append(Call(kwargs, {"logits": step.outputs.logits, "past_key_values": cache_argument.of(step.outputs)}))
     return calls
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from legacy_bridge import cache_argument
 from legacy_bridge import positions as position_rules
 
 from ..capture import Call, InputObserver, observe
@@ -45,13 +46,15 @@ class ModelStep(torch.nn.Module):
         self.takes_cache_position = "cache_position" in params
 
     def forward(self, **tensors):
-        past, new = tensors.get("past_key_values"), tensors["input_ids"].shape[1]
+        past, new = tensors.pop("past_key_values", None), tensors["input_ids"].shape[1]
         extra = dict(self.keep)
+        if past is not None:
+            extra[cache_argument.name()] = past
         if self.takes_cache_position:
             start = past.get_seq_length() if past is not None else 0
             extra["cache_position"] = torch.arange(start, start + new, device=tensors["input_ids"].device)
         out = self.model(**tensors, use_cache=True, return_dict=True, **extra)
-        return {"logits": out.logits[:, -1:], "past_key_values": out.past_key_values,
+        return {"logits": out.logits[:, -1:], "past_key_values": cache_argument.of(out),
                 **{k: out[k] for k in self.returned}}
 
     @classmethod
@@ -85,7 +88,7 @@ def step_batches(model, processor, image=None, prompt: str | None = None) -> lis
 
 
 def _is_prefill(call: Call) -> bool:
-    past = call.kwargs.get("past_key_values")
+    past = cache_argument.of(call.kwargs)
     return past is None or past.get_seq_length() == 0
 
 
@@ -188,7 +191,7 @@ def _observe_kind(model, batches: list[dict], max_new_tokens: int, image_calls: 
             raise ExportError("generate steps different modules from prompt to prompt: this model's export is not supported")
         stepper, tokens = module, new if tokens is None else tokens
         prompt_mask = batch.get("attention_mask", torch.ones_like(batch["input_ids"]))
-        carried = {k: v for k, v in calls[0].outputs.items() if k not in ("logits", "past_key_values")}
+        carried = {k: v for k, v in calls[0].outputs.items() if k not in ("logits", *cache_argument.NAMES)}
         for step, call in enumerate(calls):
             first = step == 0
             if call.kwargs.get("attention_mask") is None:  # transformers 5 drops an all-ones mask: the graphs take one
@@ -209,11 +212,11 @@ def _observe_kind(model, batches: list[dict], max_new_tokens: int, image_calls: 
                 if rules.setdefault(name, rule) != rule:
                     raise ExportError(f"generate passes {name} to the model differently from step to step: this "
                                       "model's export is not supported")
-            outputs = {"logits": call.outputs.logits[:, -1:], "past_key_values": call.outputs.past_key_values}
+            outputs = {"logits": call.outputs.logits[:, -1:], "past_key_values": cache_argument.of(call.outputs)}
             if first:
                 outputs.update(carried)
             else:
-                kwargs["past_key_values"] = call.kwargs["past_key_values"]
+                kwargs["past_key_values"] = cache_argument.of(call.kwargs)
             (prefill if first else decode).append(Call(kwargs, outputs))
     fed_back = sorted({rule.removeprefix("output:") for rule in rules.values() if rule.startswith("output:")})
     for call in prefill:  # the prompt's step returns only the outputs decode steps read

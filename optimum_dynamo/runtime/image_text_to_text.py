@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from huggingface_hub.constants import HUGGINGFACE_HUB_CACHE
+from legacy_bridge import cache_argument
 from legacy_bridge import positions as position_rules
 from onnxruntime import InferenceSession
 from optimum.onnxruntime.base import ORTParentMixin, ORTSessionMixin
@@ -384,7 +385,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             feed["token_type_ids"] = self._token_types(input_ids, token_type_ids, prefill, total)
         out = self.decoder(**feed)
         present, _ = self._split_outputs(out)
-        return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+        return CausalLMOutputWithPast(logits=out["logits"], **{cache_argument.name(): present})
 
     def _split_outputs(self, out: dict[str, torch.Tensor]) -> tuple[tuple, dict[str, torch.Tensor]]:
         """A graph's outputs: the present as (key, value) pairs in the past's input order, and the others but the

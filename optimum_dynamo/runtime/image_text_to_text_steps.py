@@ -9,6 +9,7 @@ before the class."""
 from __future__ import annotations
 
 import torch
+from legacy_bridge import cache_argument
 from legacy_bridge import positions as position_rules
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
@@ -54,7 +55,7 @@ class ModelSteps:
         present, others = self._split_outputs(out)
         if prefill:  # the outputs decode steps read back (Idefics' image states)
             self._fed_back = others
-        return CausalLMOutputWithPast(logits=out["logits"], past_key_values=present)
+        return CausalLMOutputWithPast(logits=out["logits"], **{cache_argument.name(): present})
 
     def _prompt_inputs(self, pixel_values: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """The prompt step's tensors the image graph makes (Kosmos-2's `image_embeds`, from the pixels)."""
