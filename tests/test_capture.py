@@ -5,8 +5,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from optimum_dynamo.capture import CaptureError, drive_text_generation, infer_arguments, observe
+from legacy_bridge import cache_argument
 
-INPUTS = ["input_ids", "attention_mask", "position_ids", "past_key_values"]
+CACHE = cache_argument.name()  # what the installed transformers calls the cache argument
+INPUTS = ["input_ids", "attention_mask", "position_ids", CACHE]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def test_every_call_is_recorded_with_kwargs_and_outputs(recorded):
 
 
 def test_cache_snapshots_are_not_mutated_by_later_calls(recorded):
-    past = [c.kwargs["past_key_values"].get_seq_length() if c.kwargs.get("past_key_values") is not None else 0
+    past = [c.kwargs[CACHE].get_seq_length() if c.kwargs.get(CACHE) is not None else 0
             for c in recorded.calls]
     # first generate: prefill (empty) then two one-token decode steps, each seeing one more position
     assert past[0] == 0 and past[1] > 0 and past[2] == past[1] + 1
@@ -40,7 +42,7 @@ def test_inferred_axes_and_names(recorded):
     assert args.axis_names["past_key_values.1.value"] == {0: "batch_size", 2: "past_sequence_length"}
     sample = args.kwargs
     assert sample["input_ids"].shape[0] >= 2 and sample["input_ids"].shape[1] >= 2
-    assert sample["past_key_values"].get_seq_length() >= 2
+    assert sample[CACHE].get_seq_length() >= 2
     assert sample["use_cache"] is True
 
 
@@ -48,7 +50,7 @@ def test_one_generate_run_is_grown_to_a_usable_sample(recorded):
     """Prefill has no cache and decode steps one token: the sample is grown, keeping mask = past + new."""
     args = infer_arguments(recorded.calls[:3], INPUTS, {"use_cache": True})
     sample = args.kwargs
-    past = sample["past_key_values"].get_seq_length()
+    past = sample[CACHE].get_seq_length()
     assert sample["input_ids"].shape[1] == 2 and sample["position_ids"].shape[1] == 2
     assert past >= 2 and sample["attention_mask"].shape[1] == past + 2
     assert args.axis_names["input_ids"] == {0: "batch_size", 1: "sequence_length"}

@@ -10,7 +10,9 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, DynamicCache, Encode
 
 from optimum_dynamo import flatten, patches
 from optimum_dynamo.capture import infer_arguments, observe, snapshot
+from legacy_bridge import cache_argument
 
+CACHE = cache_argument.name()  # what the installed transformers calls the cache argument
 CONFIGS = {
     "t5": dict(
         d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, vocab_size=128,
@@ -27,7 +29,7 @@ LAYERS = 2
 NAMES = [f"{i}.{part}.{kv}" for i in range(LAYERS) for part in ("decoder", "encoder") for kv in ("key", "value")]
 ENCODER_INPUTS = ["input_ids", "attention_mask"]
 # Tensor inputs of T5Stack / BartDecoder.forward; infer_arguments keeps those that were recorded.
-DECODER_INPUTS = ["input_ids", "attention_mask", "encoder_hidden_states", "encoder_attention_mask", "past_key_values"]
+DECODER_INPUTS = ["input_ids", "attention_mask", "encoder_hidden_states", "encoder_attention_mask", CACHE]
 # (batch, encoder length, seed) of the two generate() calls; row 0 is left-padded.
 RUNS = [(2, 5, 0), (3, 7, 1)]
 NEW_TOKENS = 4
@@ -191,13 +193,13 @@ def test_each_observer_records_its_own_calls(recorded):
     encoder, decoder = obs["encoder"].calls, obs["decoder"].calls
     assert [tuple(c.kwargs["input_ids"].shape) for c in encoder] == [(b, n) for b, n, _ in RUNS]
     assert len(decoder) == NEW_TOKENS * len(RUNS)
-    pasts = [c.kwargs["past_key_values"].get_seq_length() for c in decoder]
+    pasts = [c.kwargs[CACHE].get_seq_length() for c in decoder]
     assert pasts == list(range(NEW_TOKENS)) * len(RUNS)
     # the first step of each run sees an empty cache (no leaves), later ones all four per layer
-    leaves = [list(flatten.flat_inputs(c.kwargs, ["past_key_values"])) for c in decoder]
+    leaves = [list(flatten.flat_inputs(c.kwargs, [CACHE])) for c in decoder]
     full = [f"past_key_values.{n}" for n in NAMES]
     assert leaves == ([[]] + [full] * (NEW_TOKENS - 1)) * len(RUNS)
-    assert all(c.kwargs["past_key_values"].is_updated == {i: p > 0 for i in range(LAYERS)}
+    assert all(c.kwargs[CACHE].is_updated == {i: p > 0 for i in range(LAYERS)}
                for c, p in zip(decoder, pasts))
 
 
@@ -224,7 +226,7 @@ def test_decoder_arguments(recorded):
     assert args.dynamic_shapes["input_ids"] == {0: dyn}  # one new token per step: length 1 stays fixed
     assert args.dynamic_shapes["encoder_hidden_states"] == {0: dyn, 1: dyn}
     assert args.dynamic_shapes["encoder_attention_mask"] == {0: dyn, 1: dyn}
-    assert args.dynamic_shapes["past_key_values"] == [{0: dyn, 2: dyn}] * len(NAMES)
+    assert args.dynamic_shapes[CACHE] == [{0: dyn, 2: dyn}] * len(NAMES)
 
     names = args.axis_names
     assert all(names[n][0] == "batch_size" for n in args.input_names)
@@ -236,7 +238,7 @@ def test_decoder_arguments(recorded):
         assert names[n] == {0: "batch_size", 2: expected}
 
     sample = args.kwargs
-    cache = sample["past_key_values"]
+    cache = sample[CACHE]
     assert type(cache) is EncoderDecoderCache and cache.is_updated == {0: True, 1: True}
     assert sample["input_ids"].shape[0] >= 2 and sample["encoder_hidden_states"].shape[1] >= 2
     assert cache.get_seq_length() >= 2 and cache.cross_attention_cache.get_seq_length() >= 2
@@ -266,7 +268,7 @@ def test_decoder_exports_and_runs_other_recorded_shapes(recorded):
     # another recorded step (smaller batch, encoder length and past) through the exported graph
     calls = obs["decoder"].calls
     other = next(i for i, c in enumerate(calls)
-                 if i != args.sample_call and c.kwargs["past_key_values"].get_seq_length() == 2)
+                 if i != args.sample_call and c.kwargs[CACHE].get_seq_length() == 2)
     call = calls[other]
     assert call.kwargs["input_ids"].shape[0] != args.kwargs["input_ids"].shape[0]
     kwargs = snapshot({n: call.kwargs[n] for n in args.kwargs})

@@ -14,7 +14,9 @@ import torch
 import optimum_dynamo
 from optimum_dynamo import flatten
 from tiny import save_tiny_vlm, tiny_config
+from legacy_bridge import cache_argument
 
+CACHE = cache_argument.name()  # what the installed transformers calls the cache argument
 TRANSFORMERS_4 = __import__("transformers").__version__.startswith("4.")
 
 DYNAMIC = torch.export.Dim.DYNAMIC
@@ -89,10 +91,10 @@ def test_torch_s_observer_fails_on_generate_and_ours_exports():
     ours = optimum_dynamo.InputObserver()
     _generate(model, ours)
     kwargs, shapes = ours.infer_arguments(), ours.infer_dynamic_shapes()
-    cache = kwargs["past_key_values"]
+    cache = kwargs[CACHE]
     assert type(cache).__name__ == "DynamicCache" and flatten.is_registered(type(cache))
     assert shapes["input_ids"] == shapes["attention_mask"] == {0: DYNAMIC, 1: DYNAMIC}
-    assert shapes["past_key_values"] == [{0: DYNAMIC, 2: DYNAMIC}] * 4  # 2 layers x (key, value)
+    assert shapes[CACHE] == [{0: DYNAMIC, 2: DYNAMIC}] * 4  # 2 layers x (key, value)
     program = torch.onnx.export(model, (), kwargs=kwargs, dynamic_shapes=shapes, dynamo=True)
     rows = ours.check_discrepancies(program)
     assert [row["n_empty"] for row in rows] == [4, 0, 0]  # the prefill's empty cache, fed empty
@@ -103,7 +105,7 @@ def test_torch_s_observer_fails_on_generate_and_ours_exports():
     with torch.no_grad():
         past = model(torch.randint(3, 128, (3, 5)), use_cache=True).past_key_values
         call = dict(input_ids=torch.randint(3, 128, (3, 2)), attention_mask=torch.ones(3, 7, dtype=torch.long),
-                    position_ids=torch.arange(5, 7).expand(3, 2), past_key_values=past)
+                    position_ids=torch.arange(5, 7).expand(3, 2), **{CACHE: past})
         if "cache_position" in kwargs:  # transformers 4
             call["cache_position"] = torch.arange(5, 7)
         expected = model(**copy.deepcopy(call), use_cache=True)
@@ -121,7 +123,7 @@ def test_state_cache_exports_the_decode_step():
     ours = optimum_dynamo.InputObserver()
     _generate(model, ours, mask=False)
     kwargs, shapes = ours.infer_arguments(), ours.infer_dynamic_shapes()
-    name = "cache_params" if "cache_params" in kwargs else "past_key_values"
+    name = cache_argument.parameter(kwargs)
     assert kwargs["input_ids"].shape[1] == 1 and shapes["input_ids"] == {0: DYNAMIC}  # one token per step
     program = torch.onnx.export(model, (), kwargs=kwargs, dynamic_shapes=shapes, dynamo=True)
     rows = ours.check_discrepancies(program)
@@ -156,12 +158,12 @@ def _first_then_steps(model, inputs, steps=2):
     """Pixels on the first call only (as generate did before transformers 5 pre-encodes images)."""
     from transformers import DynamicCache
 
-    out = model(**inputs, past_key_values=DynamicCache(config=model.config), use_cache=True)
+    out = model(**inputs, **{CACHE: DynamicCache(config=model.config)}, use_cache=True)
     mask = inputs["attention_mask"]
     for _ in range(steps):
         token = out.logits[:, -1:].argmax(-1)
         mask = torch.cat([mask, torch.ones_like(token)], 1)
-        out = model(input_ids=token, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True)
+        out = model(input_ids=token, attention_mask=mask, **{CACHE: cache_argument.of(out)}, use_cache=True)
 
 
 @pytest.mark.skipif(TRANSFORMERS_4, reason="transformers 4.57's Gemma3 get_placeholder_mask guards on the data-dependent "
@@ -194,12 +196,12 @@ def test_pixels_on_the_first_call_only(tmp_path, monkeypatch):
         batch = call["input_ids"].shape[0]
         prefix = model(input_ids=torch.randint(7, 100, (batch, 3)), use_cache=True).past_key_values
         call["attention_mask"] = torch.cat([torch.ones(batch, 3, dtype=torch.long), call["attention_mask"]], 1)
-        expected = model(**copy.deepcopy(call), past_key_values=copy.deepcopy(prefix), use_cache=True).logits
-        got = program(**ours.infer_arguments({**call, "past_key_values": prefix})).logits
+        expected = model(**copy.deepcopy(call), **{CACHE: copy.deepcopy(prefix)}, use_cache=True).logits
+        got = program(**ours.infer_arguments({**call, CACHE: prefix})).logits
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
     # ONNX: Gemma3's image-token count check (torch_compilable_check) traces to aten._is_all_true, which
     # torch.onnx cannot translate; transformers' switch turns such checks off
     monkeypatch.setenv("TRANSFORMERS_DISABLE_TORCH_CHECK", "1")
     onnx_program = torch.onnx.export(model, (), kwargs=kwargs, dynamic_shapes=shapes, dynamo=True)
-    feeds = ours.infer_arguments({**call, "past_key_values": prefix}, flat=True)
+    feeds = ours.infer_arguments({**call, CACHE: prefix}, flat=True)
     torch.testing.assert_close(onnx_program(*feeds)[0], expected, atol=1e-4, rtol=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 
@@ -31,8 +32,26 @@ def _init_kwargs(layer) -> tuple[tuple[str, int], ...]:
     )
 
 
+@functools.cache
+def _layers_record_dtype() -> bool:
+    """Whether the installed transformers' cache layers keep their dtype as an attribute (not since 5.24)."""
+    from transformers.cache_utils import DynamicLayer
+
+    layer, empty = DynamicLayer(), torch.zeros(1, 1, 0, 1)
+    init = layer.lazy_initialization
+    init(empty, empty) if "value_states" in inspect.signature(init).parameters else init(empty)
+    return "dtype" in vars(layer)
+
+
+def _place(layer, keys: torch.Tensor) -> None:
+    """The device (and, where the version keeps one, the dtype) a layer's lazy initialization records."""
+    layer.device = keys.device
+    if _layers_record_dtype():
+        layer.dtype = keys.dtype
+
+
 def _fill_layer(layer, keys: torch.Tensor, values: torch.Tensor) -> None:
-    layer.dtype, layer.device = keys.dtype, keys.device
+    _place(layer, keys)
     layer.keys, layer.values = keys, values
     layer.is_initialized = True
     if hasattr(layer, "cumulative_length"):
@@ -167,7 +186,7 @@ def flatten_encoder_decoder(cache):
 # `max_cache_len` (already min(window, max_cache_len) for sliding layers) go in the context.
 # The deprecated 4.x subclasses (SlidingWindowCache, HybridCache, ...) hold the same layers.
 
-_STATIC_INTS = ("cumulative_length", "cumulative_length_int")
+_STATIC_INTS = ("cumulative_length", "cumulative_length_int", "_is_croppable")  # the last: a bool (5.24)
 
 
 def _static_leaves(layer) -> list[tuple[str, torch.Tensor]]:
@@ -193,7 +212,7 @@ def rebuild_static(cls, context, tensors):
             state = {part: next(leaves) for part in parts}
             keys, values = state["key"], state["value"]
             layer.keys, layer.values = keys, values
-            layer.dtype, layer.device = keys.dtype, keys.device
+            _place(layer, keys)
             if "cumulative_length" in state:
                 layer.cumulative_length = state["cumulative_length"]
             # shape attributes lazy_initialization would have set (names differ across versions)
@@ -226,7 +245,7 @@ def flatten_static(cache):
             names += [f"{i}.{part}" for part, _ in leaves]
             tensors += [t for _, t in leaves]
             parts = tuple(part for part, _ in leaves)
-        ints = tuple((n, getattr(layer, n)) for n in _STATIC_INTS if type(getattr(layer, n, None)) is int)
+        ints = tuple((n, getattr(layer, n)) for n in _STATIC_INTS if type(getattr(layer, n, None)) in (int, bool))
         layers.append((_class_path(layer), layer.max_cache_len, initialized, ints, parts))
     return names, tensors, ("static", tuple(layers))
 
