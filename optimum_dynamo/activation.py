@@ -34,6 +34,9 @@ def install() -> None:
     for module in _RUNTIME_MODULES:
         when_imported(module, _call("integration", "patch_runtime"))
     when_imported("optimum.commands.export.onnx", _call("cli.onnx", "install"))
+    # optimum-executorch's command imports transformers.pipelines, and so torchao: its import-time warnings quieted
+    when_imported("optimum.commands.export.executorch", _call("quiet", "while_importing"), before=True)
+    when_imported("optimum.commands.export.executorch", _call("quiet", "imported"))
     when_imported("optimum.commands.export.executorch", _call("cli.executorch", "install"))
     for module in ("optimum.exporters.onnx.convert", "optimum.exporters.onnx.__main__"):
         when_imported(module, _call("integration", "patch_export_functions"))

@@ -54,14 +54,39 @@ def configure_cli(verbose: bool = False) -> None:
 @contextmanager
 def import_noise() -> Iterator[None]:
     """Quiet IMPORT_NOISE while importing a module that imports those libraries (levels set by the user kept)."""
-    lowered = [(log, log.level) for log in map(logging.getLogger, IMPORT_NOISE) if log.level == logging.NOTSET]
-    for log, _ in lowered:
-        log.setLevel(logging.ERROR)
+    lowered = lower_import_noise()
     try:
         yield
     finally:
-        for log, level in lowered:
-            log.setLevel(level)
+        restore(lowered)
+
+
+def lower_import_noise() -> list[tuple[logging.Logger, int]]:
+    """IMPORT_NOISE's loggers at ERROR where no level is set; returns what `restore` puts back."""
+    lowered = [(log, log.level) for log in map(logging.getLogger, IMPORT_NOISE) if log.level == logging.NOTSET]
+    for log, _ in lowered:
+        log.setLevel(logging.ERROR)
+    return lowered
+
+
+def restore(lowered: list[tuple[logging.Logger, int]]) -> None:
+    for log, level in lowered:
+        log.setLevel(level)
+
+
+_importing: list = []
+
+
+def while_importing(_module) -> None:
+    """A hook run right before a module known to import IMPORT_NOISE's libraries (`activation`), `imported` after
+    it: optimum-cli imports optimum-executorch's command (transformers.pipelines, torchao) before our CLI code runs,
+    and torch >= 2.15 warns about torchao's pytree constants at that import."""
+    _importing.append(lower_import_noise())
+
+
+def imported(_module) -> None:
+    if _importing:
+        restore(_importing.pop())
 
 
 @contextmanager

@@ -10,6 +10,8 @@ cache: the decoder is seen with and without a cache, one and several new tokens.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from legacy_bridge import cache_argument
@@ -22,14 +24,25 @@ from .samples import (FORWARD_TEXTS, NEW_TOKENS, PREFIX, encoder_batches, image_
 from .stepping import is_state_model, step_generate
 
 
+@dataclass
+class Generation:
+    """A greedy generation the capture ran: PyTorch's new tokens for `inputs` under `options` (what the export's
+    runtime class must give back: `validate.generate`)."""
+
+    inputs: dict[str, torch.Tensor]
+    options: dict
+    tokens: torch.Tensor
+
+
 @torch.no_grad()
-def drive_text_generation(model, tokenizer=None) -> None:
+def drive_text_generation(model, tokenizer=None) -> list[Generation]:
     if is_state_model(model):
         return drive_state_generation(model, tokenizer)
     pad, vocab_size = pad_and_vocab(model)
     first, second = text_samples(tokenizer, vocab_size, pad)
     options = dict(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=pad)
-    model.generate(input_ids=first.input_ids, attention_mask=first.attention_mask, **options)
+    inputs = dict(input_ids=first.input_ids, attention_mask=first.attention_mask)
+    generations = [Generation(inputs, options, _new_tokens(model.generate(**inputs, **options), first.input_ids))]
     # The prefix cache comes from `generate` too, so it has the cache class generate builds for this model
     # (a plain forward may build another one: gpt_bigcode on transformers 4 makes an EncoderDecoderCache).
     # The left-padded row's prefix is all padding: transformers takes it for right padding and says so, falsely.
@@ -45,20 +58,30 @@ def drive_text_generation(model, tokenizer=None) -> None:
         raise PipelineError(f"{model.config.model_type}'s generate carries its past as a {type(cache).__name__} of "
                             "tensors, not a cache: optimum's runtime has no way to feed it back, so it cannot be "
                             "exported for text generation")
-    model.generate(input_ids=second.input_ids, attention_mask=second.attention_mask,
-                   **{cache_argument.name(): cache}, **options)
+    inputs = dict(input_ids=second.input_ids, attention_mask=second.attention_mask)
+    out = model.generate(**inputs, **{cache_argument.name(): cache}, **options)
+    return [*generations, Generation(inputs, options, _new_tokens(out, second.input_ids))]
+
+
+def _new_tokens(sequences: torch.Tensor, prompt: torch.Tensor) -> torch.Tensor:
+    return sequences[:, prompt.shape[1]:]
 
 
 @torch.no_grad()
-def drive_state_generation(model, tokenizer=None) -> None:
+def drive_state_generation(model, tokenizer=None) -> list[Generation]:
     """Two batches (2 and 3 rows, one left-padded), prompt and new tokens one per call. Runs with
     the export patches applied: a patch that changes a cache's update must be seen by capture too."""
     from .. import patches
 
     pad, vocab_size = pad_and_vocab(model)
+    options = dict(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=pad)
+    generations = []
     with patches.applied():
         for sample in text_samples(tokenizer, vocab_size, pad):
-            step_generate(model, sample.input_ids, sample.attention_mask, NEW_TOKENS)
+            tokens = step_generate(model, sample.input_ids, sample.attention_mask, NEW_TOKENS)
+            inputs = dict(input_ids=sample.input_ids, attention_mask=sample.attention_mask)
+            generations.append(Generation(inputs, options, tokens))
+    return generations
 
 
 @torch.no_grad()

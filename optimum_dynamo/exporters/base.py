@@ -65,6 +65,7 @@ class ExportContext:
     tokenizer: Any = None
     processor: Any = None  # image processor or feature extractor
     observer: InputObserver | None = None  # the capture's observer of the whole model
+    generations: list = field(default_factory=list)  # the capture's greedy generations (`validate.generate`)
     components: list[Component] = field(default_factory=list)
     staging: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
@@ -167,7 +168,7 @@ class Exporter:
             check_takes_cache(ctx.model, ctx.config.model_type, ctx.task.name)
         with forward_adapter(ctx.model, ctx.options.model_kwargs), generation_cache(ctx.model, cached), \
                 InputObserver(ctx.model, "model") as obs:
-            ctx.task.spec.driver(ctx.model, ctx.tokenizer)
+            ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
         ctx.observer = obs
         logger.info("    %s", obs.summary())
         if ctx.task.with_past and ctx.task.base == "text-generation":

@@ -21,6 +21,7 @@ from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..options import ExportOptions
 from ..validate import compare, gate, quantized, references, table
+from ..validate.generate import check_generate
 from .base import ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import FUSED_LEVELS, contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
@@ -177,6 +178,9 @@ class OnnxExporter(Exporter):
                 part.discrepancies = validate_graph(path, found, part.arguments, part.output_names, ctx.options,
                                                     label, session)
         shutil.rmtree(ctx.staging / FP32_DIR, ignore_errors=True)
+        if ctx.generations and ctx.options.dtype == "fp32" and not ctx.options.quantize:
+            logger.info("    %s", check_generate(ctx.task.runtime_class(), ctx.staging, ctx.generations,
+                                                 ctx.task.with_past))
 
     @stage("write manifest")
     def manifest(self, ctx: ExportContext) -> None:
