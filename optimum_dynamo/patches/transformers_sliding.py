@@ -17,6 +17,8 @@ from contextlib import contextmanager
 
 import torch
 
+from legacy_bridge import cache_argument
+
 from .registry import register_patch
 
 _LAYER = "transformers.cache_utils.DynamicSlidingWindowLayer"
@@ -71,7 +73,7 @@ def sliding_layers(cache) -> list[int]:
 
 
 def _seen_tokens(module, args, kwargs):
-    cache, mask = kwargs.get("past_key_values"), kwargs.get("attention_mask")
+    cache, mask = cache_argument.of(kwargs), kwargs.get("attention_mask")
     new = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
     if cache is None or mask is None or mask.dim() != 2 or new is None:
         return None
