@@ -17,6 +17,7 @@ NEW_TOKENS = 12
 
 PT2_GREEDY = textwrap.dedent("""
     import sys, torch, optimum_dynamo
+    from legacy_bridge import cache_argument
     from optimum_dynamo.exporters.pt2 import empty_cache
     from transformers import AutoConfig
 
@@ -28,8 +29,9 @@ PT2_GREEDY = textwrap.dedent("""
     with torch.no_grad():
         for step in range({new}):
             positions = torch.arange(mask.shape[1] - ids.shape[1], mask.shape[1])[None]
-            out = run(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
-            logits, cache = out["logits"], out["past_key_values"]
+            out = run(input_ids=ids, attention_mask=mask, position_ids=positions, **{{cache_argument.name(): cache}},
+                      use_cache=True)
+            logits, cache = out["logits"], cache_argument.of(out)
             ids = logits[:, -1:].argmax(-1)
             tokens.append(int(ids))
             mask = torch.cat([mask, torch.ones_like(ids)], 1)
