@@ -50,22 +50,36 @@ def of(output):
 def spelled_before(forward):
     """A model's bound `forward` as transformers < 5.24 spelled it: its signature and its output fields say
     `past_key_values` where the installed one says `cache` (for code written against the old names, such as
-    optimum-onnx's torchscript export, which matches its dummy inputs and its outputs by name)."""
+    optimum-onnx's torchscript export, which matches its dummy inputs and its outputs by name). A decorated forward's
+    `__wrapped__` (which optimum's patcher unwraps, to trace transformers' output capture its own way) is spelled so
+    too."""
+    import inspect
+
+    if "cache" not in inspect.signature(forward).parameters:
+        return forward
+    spelled = _old_names(forward)
+    inner = getattr(forward, "__wrapped__", None)
+    if inner is not None:
+        spelled.__wrapped__ = _old_names(inner)
+    return spelled
+
+
+def _old_names(fn):
+    """`fn` (whose signature says `cache`) taking `past_key_values` and returning it under that name; no
+    `__wrapped__` of its own."""
     import functools
     import inspect
 
-    signature = inspect.signature(forward)
-    if "cache" not in signature.parameters:
-        return forward
+    signature = inspect.signature(fn)
 
-    @functools.wraps(forward)
+    @functools.wraps(fn)
     def old_names(*args, **kwargs):
         if "past_key_values" in kwargs:
             kwargs["cache"] = kwargs.pop("past_key_values")
-        out = forward(*args, **kwargs)
+        out = fn(*args, **kwargs)
         return {("past_key_values" if k == "cache" else k): v for k, v in out.items()} if isinstance(out, dict) else out
 
-    del old_names.__wrapped__  # a wrapped forward is unwrapped by optimum's patcher (for transformers' own decorators)
+    del old_names.__wrapped__
     old_names.__signature__ = signature.replace(parameters=[
         p.replace(name="past_key_values") if p.name == "cache" else p for p in signature.parameters.values()])
     return old_names
