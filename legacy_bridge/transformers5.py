@@ -245,7 +245,12 @@ def _apply(shim: Shim, module) -> None:
     if current is _made.get(shim):  # set by this entry already (a replacement is not wrapped twice)
         return
     if shim.replace or current is _made:
-        _made[shim] = value = shim.make(module)
+        try:
+            value = shim.make(module)
+        except AttributeError:  # what a replacement wraps is gone in this optimum version: leave the import alone
+            logger.warning("legacy_bridge: cannot apply %s.%s", shim.module, shim.attr)
+            return
+        _made[shim] = value
         setattr(owner, name, value)
         applied.append(shim)
 

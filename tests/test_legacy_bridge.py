@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
-from legacy_bridge import ort_runtime, transformers5  # noqa: E402
+from legacy_bridge import cache_argument, ort_runtime, transformers5  # noqa: E402
 
 TRANSFORMERS = Version(transformers.__version__)
 
@@ -66,6 +67,15 @@ def _check_registry(registry):
     assert registry.get(str(LlamaModel)) == LlamaModel._can_record_outputs
 
 
+def _check_layer_update(update):
+    from transformers.cache_utils import DynamicLayer
+
+    keys = torch.randn(1, 2, 3, 4)
+    passed = {"kwargs": {}} if TRANSFORMERS >= Version("5.24") else {}  # as the installed cache calls its layers
+    got, _ = update(DynamicLayer(), keys, keys + 1, **passed)
+    return torch.equal(got, keys)
+
+
 USAGE = {
     "get_parameter_dtype": lambda fn: fn(torch.nn.Linear(2, 2)) == torch.float32
     and fn(torch.nn.Embedding(2, 2).to(torch.float16)) == torch.float16,
@@ -82,6 +92,7 @@ USAGE = {
     "AutoModelForVision2Seq": lambda cls: cls.__name__ in ("AutoModelForVision2Seq", "AutoModelForImageTextToText"),
     "ORTModelForConditionalGeneration.is_remote_code": lambda fn: fn() is False,
     "ORTModelForConditionalGeneration.get_experts_implementation": lambda fn: fn(None) == {},
+    "patched_dynamic_layer_update": _check_layer_update,
     "sdpa_mask_without_vmap": callable,
     "eager_mask_without_vmap": callable,
 }
@@ -110,6 +121,40 @@ def test_shim(shim):
     check = USAGE.get(shim.attr)
     if value is not None and check is not None:
         assert check(value) is not False
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=1, vocab_size=32)).eval()
+
+
+def test_cache_argument_is_the_installed_keyword():
+    from transformers import LlamaForCausalLM, MambaForCausalLM
+
+    expected = "cache" if TRANSFORMERS >= Version("5.24") else "past_key_values"
+    assert cache_argument.name() == expected
+    assert cache_argument.parameter(inspect.signature(LlamaForCausalLM.forward).parameters) == expected
+    mamba = cache_argument.parameter(inspect.signature(MambaForCausalLM.forward).parameters)
+    assert mamba == cache_argument.renamed("cache_params") == ("cache" if expected == "cache" else "cache_params")
+
+
+def test_spelled_before_takes_and_returns_past_key_values():
+    """The forward optimum-onnx's torchscript export sees: `past_key_values` in and out, the model's numbers."""
+    model = _tiny_llama()
+    spelled = cache_argument.spelled_before(model.forward)
+    params = inspect.signature(spelled).parameters
+    assert "past_key_values" in params and "cache" not in params
+    ids = torch.tensor([[3, 4, 5]])
+    with torch.no_grad():
+        first = spelled(input_ids=ids, use_cache=True)
+        assert "past_key_values" in first.keys() and "cache" not in first.keys()
+        got = spelled(input_ids=ids[:, :1], past_key_values=first["past_key_values"], use_cache=True)["logits"]
+        cache = cache_argument.of(model(input_ids=ids, use_cache=True))
+        want = model(input_ids=ids[:, :1], use_cache=True, **{cache_argument.name(): cache}).logits
+    assert torch.equal(got, want)
 
 
 def test_applied_entries():
