@@ -80,7 +80,8 @@ def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remo
 
     if kwargs.get("task") is not None:
         raise ValueError(f"`task` is inferred from {cls.__name__}; do not pass it")
-    task = TasksManager._infer_task_from_model_or_model_class(model_class=cls.auto_model_class)
+    task = getattr(cls, "export_task", None) or TasksManager._infer_task_from_model_or_model_class(
+        model_class=cls.auto_model_class)
     task = with_past(task, config) if use_cache else task
     hub = {k: kwargs.pop(k) for k in HUB_OPTIONS if k in kwargs}
     graph = {option: kwargs.pop(name) for name, option in RUNTIME_EXPORT_OPTIONS.items() if name in kwargs}

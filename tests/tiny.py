@@ -407,6 +407,10 @@ def _tiny_processor(model_type: str, config):
         return AyaVisionProcessor(images, tokenizer, patch_size=8, img_size=32, downsample_factor=2)
     if model_type == "internvl":  # one 32x32 patch per image
         images = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, crop_to_patches=False, max_patches=1)
+        if _has_torchvision():  # the processor users have, its video part included
+            from transformers import InternVLProcessor, InternVLVideoProcessor
+
+            return InternVLProcessor(images, tokenizer, InternVLVideoProcessor(), image_seq_length=config.image_seq_length)
         return _internvl_images_processor()(images, tokenizer, image_seq_length=config.image_seq_length)
     if model_type in _QWEN_VL_PROCESSORS:
         return _qwen_vl_processor(tokenizer, model_type)
@@ -416,11 +420,20 @@ def _tiny_processor(model_type: str, config):
 
 
 _QWEN_VL_PROCESSORS = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
+_QWEN_VL_VIDEO = {"qwen2_vl": "Qwen2VLVideoProcessor", "qwen2_5_vl": "Qwen2VLVideoProcessor",
+                  "qwen3_vl": "Qwen3VLVideoProcessor"}
+
+
+def _has_torchvision() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchvision") is not None
 
 
 def _qwen_vl_processor(tokenizer, model_type: str):
-    """Qwen2-VL's (Qwen2.5-VL's, Qwen3-VL's) processor (images of 32x32 to 64x64 pixels, 8x8 patches merged 2x2) without its
-    video processor, which needs torchvision (not installed here): the class check is skipped for that absent part."""
+    """Qwen2-VL's (Qwen2.5-VL's, Qwen3-VL's) processor (images of 32x32 to 64x64 pixels, 8x8 patches merged 2x2); its
+    video processor needs torchvision: where torchvision is missing, built without it (the class check skipped for
+    that absent part), as a user without torchvision has it."""
     from unittest import mock
 
     import transformers
@@ -435,6 +448,9 @@ def _qwen_vl_processor(tokenizer, model_type: str):
     qwen = Qwen2TokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, pad_token="<pad>", bos_token="<s>",
                               eos_token="</s>", unk_token="<unk>", padding_side="left",
                               extra_special_tokens=tokenizer.extra_special_tokens)
+    if _has_torchvision():
+        video = getattr(transformers, _QWEN_VL_VIDEO[model_type])(patch_size=8, merge_size=2, temporal_patch_size=2)
+        return getattr(transformers, _QWEN_VL_PROCESSORS[model_type])(images, qwen, video)
     check = ProcessorMixin.check_argument_for_proper_class
 
     def unless_absent(self, name, value):
@@ -472,14 +488,16 @@ def save_tiny_vlm(model_type: str, path: str | Path, *, seed: int = 0, bare: boo
 
 def tiny_vlm_processor(path: str | Path, model_type: str):
     """The processor saved at `path`; where transformers cannot load it without torchvision (Qwen2-VL's declares a
-    video processor), the tiny one built again as `_tiny_processor` builds it."""
+    video processor) or loses its tokenizer's vocabulary, the tiny one built again as `_tiny_processor` builds it."""
     from transformers import AutoConfig, AutoProcessor
 
     try:
         processor = AutoProcessor.from_pretrained(path)
     except (AttributeError, ImportError, TypeError):
         processor = None
-    if hasattr(processor, "image_processor"):
+    # transformers 5 reloads the tiny tokenizer under Qwen's tokenizer class without its vocabulary (every text
+    # becomes no ids): built again too
+    if hasattr(processor, "image_processor") and processor.tokenizer("hello world")["input_ids"]:
         return processor
     return _tiny_processor(model_type, AutoConfig.from_pretrained(path))
 

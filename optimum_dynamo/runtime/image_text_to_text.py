@@ -66,6 +66,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     """An image-text-to-text model (Gemma3, LLaVA) exported by `export_vlm`, run by onnxruntime."""
 
     auto_model_class = AutoModelForImageTextToText
+    export_task = "image-text-to-text"  # optimum's registry reads the auto class as image-to-text on transformers 5
     main_input_name = "input_ids"
     _is_stateful = False
     _supports_cache_class = False

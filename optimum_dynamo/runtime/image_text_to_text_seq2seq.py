@@ -51,6 +51,7 @@ class ORTModelForImageTextToTextSeq2Seq(ORTModelForSeq2SeqLM):
     generates."""
 
     auto_model_class = AutoModelForImageTextToText
+    export_task = "image-text-to-text"  # optimum's registry reads the auto class as image-to-text on transformers 5
     _ort_encoder_class = ORTEncoderWithImages
 
     @classmethod
