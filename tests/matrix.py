@@ -128,12 +128,13 @@ def versions(python: Path) -> dict:
     return json.loads(checked(python, "-c", probe))
 
 
-def reason(message: str) -> str:
-    """One line from a failure message: the last exception line of a traceback in it, else its first line."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    raised = [line for line in lines if re.match(r"^(E\s+)?[\w.]*(Error|Exception|Exit)\b:", line)]
-    line = (raised or lines or ["(no message)"])[-1 if raised else 0]
-    return line[:300]
+def reason(report: str) -> str:
+    """One line of a failure report (junit's element text): its last assertion-message line that names an error
+    (a CLI's `error: ...` line, an exception), else the first line."""
+    lines = [line[1:].strip() for line in report.splitlines() if line.startswith("E ")] or report.splitlines()
+    lines = [line.strip() for line in lines if line.strip()]
+    named = [line for line in lines if re.search(r"error|exception|failed", line, re.I) and not line.startswith("+")]
+    return (named[-1] if named else lines[0] if lines else "(no message)")[:400]
 
 
 def run_group(python: Path, group: str, wheel: Path) -> dict:
@@ -141,11 +142,15 @@ def run_group(python: Path, group: str, wheel: Path) -> dict:
     xml = OUT / "junit" / f"{python.parents[1].name}-{group.replace(' ', '-')}.xml"
     xml.parent.mkdir(parents=True, exist_ok=True)
     xml.unlink(missing_ok=True)
+    log = xml.with_suffix(".log")  # pytest's own output, beside its junit XML
     started = time.time()
     try:
-        run = sh(python, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={xml}", *args,
+        # a base temp of its own (a failed test's exports stay there), apart from other pytest runs' /tmp dirs
+        run = sh(python, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                 f"--basetemp={OUT / 'tmp' / xml.stem}", *args,
                  env={**TEST_ENV, "SMOKE_WHEEL": str(wheel)}, cwd=ROOT / cwd, timeout=GROUP_TIMEOUT)
         output = run.stdout + run.stderr
+        log.write_text(output)
     except subprocess.TimeoutExpired:
         return {"status": "fail", "reason": f"timed out after {GROUP_TIMEOUT} s", "seconds": GROUP_TIMEOUT}
     seconds = round(time.time() - started)
@@ -157,7 +162,7 @@ def run_group(python: Path, group: str, wheel: Path) -> dict:
         if bad is not None:
             counts["failed"] += 1
             test = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
-            failures.append({"test": test, "reason": reason(bad.get("message") or bad.text or "")})
+            failures.append({"test": test, "reason": reason(bad.text or bad.get("message") or "")})
         elif case.find("skipped") is not None:
             counts["skipped"] += 1
         else:
@@ -251,7 +256,7 @@ def main() -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if not args.table_only:
         wanted = [p.strip() for p in args.rows.split(",")] if args.rows else [""]
-        chosen = [n for n in names if any(w in n for w in wanted)]
+        chosen = list(dict.fromkeys(n for w in wanted for n in names if w in n))  # in the order asked
         if not chosen:
             raise SystemExit(f"no row matches {args.rows!r} (--list shows them)")
         wheels = sorted((ROOT / "dist").glob("*.whl"))
