@@ -40,7 +40,8 @@ OPTIMUM_ONNX = "0.1.0"
 
 TRANSFORMERS = ["4.51.3", "4.53.3", "4.55.4", "4.57.6", "5.0.0", "5.2.0", "5.4.0", "5.13.1", "5.14.1", "5.23.0",
                 "5.24.0"]
-ROWS = [(t, "2.15.0") for t in TRANSFORMERS] + [(t, torch) for torch in ("2.13.0", "2.14.1") for t in ("4.57.6", "5.24.0")]
+ROWS = ([(t, "2.15.0") for t in TRANSFORMERS]
+        + [(t, torch) for torch in ("2.13.0", "2.14.1") for t in ("4.57.6", "5.24.0")])
 
 # group -> (working directory, pytest arguments); the smoke set runs from its own directory (its own pytest.ini)
 GROUPS = {
@@ -140,7 +141,8 @@ def reason(report: str) -> str:
 def run_group(python: Path, group: str, wheel: Path) -> dict:
     cwd, args = GROUPS[group]
     xml = OUT / "junit" / f"{python.parents[1].name}-{group.replace(' ', '-')}.xml"
-    xml.parent.mkdir(parents=True, exist_ok=True)
+    for directory in (xml.parent, OUT / "tmp"):
+        directory.mkdir(parents=True, exist_ok=True)
     xml.unlink(missing_ok=True)
     log = xml.with_suffix(".log")  # pytest's own output, beside its junit XML
     started = time.time()
@@ -211,24 +213,25 @@ def cell(result: dict, notes: list) -> str:
 
 
 def table(results: dict) -> str:
-    header = ["row", "torch", "torchvision", "transformers", "optimum", "optimum-onnx", "onnxruntime", *GROUPS,
-              "minutes", "measured"]
+    header = ["transformers", "torch", "optimum", "optimum-onnx", "onnxruntime", "torchvision", *GROUPS, "minutes",
+              "measured (UTC)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     notes = []
     order = {row_name(t, torch): i for i, (t, torch) in enumerate(ROWS)}
     for name in sorted(results, key=lambda n: order.get(n, len(order))):
         row = results[name]
         v = row.get("versions", {})
-        onnx_install = f"{v.get('optimum-onnx') or OPTIMUM_ONNX} ({row['optimum-onnx install']})"
-        cells = [name, v.get("torch") or row["torch"], v.get("torchvision") or "—",
-                 v.get("transformers") or row["transformers"], v.get("optimum") or row["optimum"], onnx_install,
-                 v.get("onnxruntime") or "—"]
+        no_deps = " (`--no-deps`)" if "no-deps" in row["optimum-onnx install"] else ""
+        cells = [v.get("transformers") or row["transformers"], v.get("torch") or row["torch"],
+                 v.get("optimum") or row["optimum"], f"{v.get('optimum-onnx') or OPTIMUM_ONNX}{no_deps}",
+                 v.get("onnxruntime") or "—", v.get("torchvision") or "—"]
         if "error" in row:
             notes.append(row["error"])
             cells += [f"**not built** [{len(notes)}]"] + ["—"] * (len(GROUPS) - 1)
         else:
             cells += [cell(row["cells"][group], notes) for group in GROUPS]
-        lines.append("| " + " | ".join(cells + [str(round(row["seconds"] / 60)), row["date"]]) + " |")
+        cells += [str(round(row["seconds"] / 60)), row["date"].replace(" UTC", "")]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += [""] + [f"[{i}] `{note.replace('`', chr(39))}`" + "  " for i, note in enumerate(notes, 1)]
     return "\n".join(lines).rstrip() + "\n"
 
