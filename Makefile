@@ -7,7 +7,7 @@ ZOO_ARGS ?=
 # (see its README.md); empty in a clone without one, whose T4main/T5main targets then skip with one line.
 OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
 
-.PHONY: lane-t4 lane-t5 zoo env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean
+.PHONY: lane-t4 lane-t5 zoo env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -160,6 +160,13 @@ zoo: env-t4 env-t5
 	for v in t4 t5; do ( for k in causal seq2seq speech vlm; do HF_HUB_OFFLINE=1 .venv-$$v/bin/python tests/zoo.py \
 	  --kind $$k --json .zoo/$$v-$$k.json $(ZOO_ARGS) > .zoo/$$v-$$k.log 2>&1; done ) & done; wait
 	.venv-t5/bin/python tests/zoo.py --table .zoo/t4-*.json .zoo/t5-*.json --docs docs/status.md
+
+# On demand, not in CI (about 10 minutes a row on 2 cores; torch 2.15 is a 5.7 GB CUDA build, one base venv per
+# torch version): the version matrix, per row the wheel's smoke set, the decoder sweep's default subset, seq2seq
+# and VLM exports, then the table in docs/compatibility.md (tests/matrix.py --help; MATRIX_ARGS="--rows 5.24.0").
+MATRIX_ARGS ?=
+matrix: wheel
+	HF_HUB_OFFLINE=1 $(PYTHON) tests/matrix.py $(MATRIX_ARGS)
 
 demo: env-t4
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python tests/demo.py
