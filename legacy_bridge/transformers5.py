@@ -213,6 +213,7 @@ SHIMS = [
 
 applied: list[Shim] = []  # entries that changed something, in order
 _made: dict[Shim, object] = {}  # what each entry set last
+_MISSING = object()
 
 
 _version_checked: dict[str, bool] = {}
@@ -241,10 +242,10 @@ def _apply(shim: Shim, module) -> None:
     if owner is None:  # the class itself is gone: leave the import alone
         logger.warning("legacy_bridge: cannot apply %s.%s", shim.module, shim.attr)
         return
-    current = getattr(owner, name, _made)
-    if current is _made.get(shim):  # set by this entry already (a replacement is not wrapped twice)
+    current = getattr(owner, name, _MISSING)
+    if shim in _made and current is _made[shim]:  # set by this entry already (a replacement is not wrapped twice)
         return
-    if shim.replace or current is _made:
+    if shim.replace or current is _MISSING:
         try:
             value = shim.make(module)
         except AttributeError:  # what a replacement wraps is gone in this optimum version: leave the import alone
