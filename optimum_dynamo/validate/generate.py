@@ -5,7 +5,8 @@ Every graph can match PyTorch call by call while the runtime class that drives i
 its default positions, its first-step cache. So the validation also loads the written directory with the task's
 runtime class and runs its `generate` on the captured batches (left-padded rows included); other tokens than
 PyTorch's make the export fail like a gross numerical difference (`GrossMismatch`). Exports whose tokens may
-legitimately differ (`--dtype fp16`, `--quantize`) are not checked so.
+legitimately differ (`--dtype fp16`, `--quantize`) are not checked so, nor exports with an explicit `--atol`, whose
+bound decides alone.
 """
 
 from __future__ import annotations
