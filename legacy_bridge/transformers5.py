@@ -205,10 +205,11 @@ SHIMS = [
     Shim(f"{_TF}.cache_utils", "DynamicCache.to_legacy_cache", "5.0.0", lambda _: _to_legacy_cache),
     Shim(f"{_TF}.cache_utils", "EncoderDecoderCache.from_legacy_cache", "5.0.0", lambda _: classmethod(_from_legacy_cache)),
     Shim(f"{_TF}.cache_utils", "EncoderDecoderCache.to_legacy_cache", "5.0.0", lambda _: _to_legacy_cache),
-    # optimum registers vmap-free mask functions with the pre-5.4 `cache_position` signature; 5.4 replaced it
-    # with `q_length`/`q_offset` and its own functions no longer use vmap by default, so register those.
-    Shim(_PATCHER, "sdpa_mask_without_vmap", "5.4.0", _attr(f"{_TF}.masking_utils", "sdpa_mask"), replace=True),
-    Shim(_PATCHER, "eager_mask_without_vmap", "5.4.0", _attr(f"{_TF}.masking_utils", "eager_mask"), replace=True),
+    # optimum registers vmap-free mask functions written for transformers 4 (`prepare_padding_mask(_slice=)`, gone
+    # in 5.0; the `cache_position` signature, replaced by `q_length`/`q_offset` in 5.4); transformers 5's own
+    # functions no longer use vmap by default, so register those.
+    Shim(_PATCHER, "sdpa_mask_without_vmap", "5.0.0", _attr(f"{_TF}.masking_utils", "sdpa_mask"), replace=True),
+    Shim(_PATCHER, "eager_mask_without_vmap", "5.0.0", _attr(f"{_TF}.masking_utils", "eager_mask"), replace=True),
 ]
 
 applied: list[Shim] = []  # entries that changed something, in order
