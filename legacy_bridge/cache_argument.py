@@ -39,12 +39,24 @@ def parameter(params) -> str | None:
 
 
 def of(output):
-    """The cache an output (a ModelOutput, or a dict of a model's outputs) carries, under any name; else None."""
+    """The cache an output (a ModelOutput, or a dict of a model's outputs) carries, under any name; else None.
+    The legacy tuples that transformers < 4.54 models return when called without a cache come as their class."""
     for field in NAMES:
         value = output.get(field) if isinstance(output, dict) else None
         if value is not None:
-            return value
+            return _from_legacy(value)
     return None
+
+
+def _from_legacy(value):
+    """Per-layer tuples of tensors ((key, value) or (key, value, cross key, cross value)) as the cache class they
+    stand for; anything else (a cache object, a state model's list of tensors) as it is."""
+    if not (isinstance(value, tuple) and value and all(isinstance(layer, tuple) for layer in value)):
+        return value
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    cls = EncoderDecoderCache if len(value[0]) == 4 else DynamicCache
+    return cls.from_legacy_cache(value)
 
 
 def spelled_before(forward):

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from legacy_bridge import cache_argument
 from optimum_dynamo.manifest import read_manifest
 from tiny import save_tiny_model
 
@@ -145,7 +146,7 @@ def test_decoder_with_past_takes_several_new_tokens(seq2seq):
     # with the cross cache given, the encoder's states are not read: not an input (as in optimum's export)
     assert [i.name for i in session.get_inputs()][:2] == ["input_ids", "encoder_attention_mask"]
     feed = {"input_ids": tokens[:, 4:].numpy(), "encoder_attention_mask": inputs["attention_mask"].numpy()}
-    cache = first.past_key_values
+    cache = cache_argument.of(first)  # a cache object also where transformers < 4.54 returns tuples
     for i in range(len(cache.self_attention_cache.layers)):
         for part, sub in (("decoder", cache.self_attention_cache), ("encoder", cache.cross_attention_cache)):
             layer = sub.layers[i]

@@ -58,7 +58,7 @@ class DecoderWithHead(torch.nn.Module):
 
 
 def _has_past(kwargs: dict) -> bool:
-    return bool(flat_inputs(kwargs, [n for n in cache_argument.NAMES if n in kwargs]))
+    return bool(flat_inputs({"past_key_values": cache_argument.of(kwargs)}, ["past_key_values"]))
 
 
 def decoder_call(call: Call, use_cache: bool) -> Call:

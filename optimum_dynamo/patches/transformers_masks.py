@@ -15,14 +15,16 @@ _REASON = "keep the attention mask in the graph so padded batches work"
 
 
 @register_patch(
-    "transformers.masking_utils._ignore_causal_mask_sdpa", versions={"transformers": ">=4.53,<5"}, reason=_REASON
+    "transformers.masking_utils._ignore_causal_mask_sdpa", versions={"transformers": ">=4.53,<5.14"}, reason=_REASON
 )
-def keep_causal_mask_v4(padding_mask, query_length, kv_length, kv_offset, local_attention_size=None):
+def keep_causal_mask(padding_mask, query_length, kv_length, kv_offset, local_attention_size=None):
     return False
 
 
-@register_patch("transformers.masking_utils._ignore_causal_mask_sdpa", versions={"transformers": ">=5"}, reason=_REASON)
-def keep_causal_mask_v5(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+@register_patch(
+    "transformers.masking_utils._ignore_causal_mask_sdpa", versions={"transformers": ">=5.14"}, reason=_REASON
+)
+def keep_causal_mask_q_offset(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
     return False
 
 
