@@ -297,8 +297,8 @@ def test_packed_vision_attention_keeps_the_tower_s_output():
     from optimum_dynamo.patches import transformers_packed_vision
     from tiny import tiny_vlm_config
 
-    active = [p for p in patches.active_patches() if p.replacement in (transformers_packed_vision.packed_vision_attention,
-                                                                          transformers_packed_vision.packed_vision_attention_v4)]
+    active = [p for p in patches.active_patches() if p.target.endswith("VisionAttention.forward")
+              and p.replacement.__module__ == transformers_packed_vision.__name__]
     torch.manual_seed(0)
     tower = AutoModelForImageTextToText.from_config(tiny_vlm_config("qwen2_vl")).model.visual.eval()
     grid = torch.tensor([[1, 4, 4], [1, 6, 4]])

@@ -23,18 +23,17 @@ NEW_TOKENS = 8
 GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
 
 
-# families whose processor transformers cannot load without torchvision (a video part): exported with the processor
-# the tests build (tests/tiny.py), through `export_vlm`; the others as users do, `from_pretrained(export=True, dynamo=True)`
-BUILT_PROCESSOR = {"internvl", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
+TORCHVISION = importlib.util.find_spec("torchvision") is not None
+# families whose processor transformers cannot load without torchvision (a video part): there, exported with the
+# processor the tests build (tests/tiny.py), through `export_vlm`; every family where torchvision is installed, and
+# the others everywhere, as users do: `from_pretrained(export=True, dynamo=True)` with the checkpoint's own processor
+BUILT_PROCESSOR = set() if TORCHVISION else {"internvl", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 
 
 @pytest.fixture(scope="module", params=["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl", "qwen2_5_vl",
                                         "qwen3_vl", "llava_next", "mistral3", "idefics3", "smolvlm"])
 def exported(request, vlm_exports, vlm_models):
     """(PyTorch model, ORTModelForImageTextToText, processor, the export's directory)."""
-    if request.param == "mistral3" and importlib.util.find_spec("torchvision") is not None:
-        # where its processor loads (torchvision), the Pixtral tower's export fails: open in issue 35
-        pytest.skip("mistral3 on transformers 5: torch.export's constraints on the pixel sizes are violated (open)")
     try:
         if request.param in BUILT_PROCESSOR:
             path, result = vlm_exports(request.param)

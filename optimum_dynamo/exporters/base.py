@@ -25,7 +25,7 @@ import torch
 
 from legacy_bridge import cache_argument
 
-from .. import flatten, patches, quiet
+from .. import flatten, patches, quiet, supported
 from ..flatten import flat_outputs
 from ..flatten.naming import OUTPUT_PREFIX
 from ..capture import CaptureError, InputObserver, infer_arguments
@@ -142,6 +142,7 @@ class Exporter:
     # ── Stage: load ──
     @stage("load model")
     def load(self, ctx: ExportContext) -> None:
+        supported.check()
         target = ctx.target
         ctx.model_id, ctx.config, ctx.task = target.model_id, target.config, target.task
         if target.model is not None:  # an in-memory model (onnx_export_from_model): captured as it is

@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_git,
     transformers_gqa,
     transformers_idefics,
+    transformers_image_splits,
     transformers_jamba,
     transformers_mamba,
     transformers_masks,

@@ -20,8 +20,8 @@ _CLASSES = [
 
 @register_patch(f"{_CLASSES[0]}._deepstack_process", versions={"transformers": ">=4.57"}, reason="dense deepstack add")
 @register_patch(f"{_CLASSES[1]}._deepstack_process", versions={"transformers": ">=4.57"}, reason="dense deepstack add")
-@register_patch(f"{_CLASSES[2]}._deepstack_process", versions={"transformers": ">=5"}, reason="dense deepstack add")
-@register_patch(f"{_CLASSES[3]}._deepstack_process", versions={"transformers": ">=5"}, reason="dense deepstack add")
+@register_patch(f"{_CLASSES[2]}._deepstack_process", versions={"transformers": ">=5.16"}, reason="dense deepstack add")
+@register_patch(f"{_CLASSES[3]}._deepstack_process", versions={"transformers": ">=5.23"}, reason="dense deepstack add")
 def deepstack_by_scatter(self, hidden_states: torch.Tensor, visual_pos_masks: torch.Tensor, visual_embeds: torch.Tensor):
     mask = visual_pos_masks.to(hidden_states.device)[..., None].expand_as(hidden_states)
     rows = torch.zeros_like(hidden_states).masked_scatter(mask, visual_embeds.to(hidden_states.device, hidden_states.dtype))

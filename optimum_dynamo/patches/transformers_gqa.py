@@ -14,11 +14,11 @@ _TARGET = "transformers.integrations.sdpa_attention.use_gqa_in_sdpa"
 _REASON = "ONNX Attention runs grouped-query attention itself: no repeat_kv in the graph"
 
 
-@register_patch(_TARGET, versions={"transformers": "<5"}, reason=_REASON, option=FUSED_ATTENTION)
-def gqa_in_sdpa_v4(attention_mask, key):
+@register_patch(_TARGET, versions={"transformers": ">=4.54,<5.13"}, reason=_REASON, option=FUSED_ATTENTION)
+def gqa_in_sdpa(attention_mask, key):
     return True
 
 
-@register_patch(_TARGET, versions={"transformers": ">=5"}, reason=_REASON, option=FUSED_ATTENTION)
-def gqa_in_sdpa_v5(attention_mask, key, value):
+@register_patch(_TARGET, versions={"transformers": ">=5.13"}, reason=_REASON, option=FUSED_ATTENTION)
+def gqa_in_sdpa_with_value(attention_mask, key, value):
     return True

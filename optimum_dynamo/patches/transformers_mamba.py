@@ -70,9 +70,12 @@ def _stepped(states, cache_params, cache_position):
         else cache_position
 
 
-@register_patch("transformers.models.mamba2.modeling_mamba2.Mamba2Mixer.torch_forward", versions=_V4, reason=_MIXER_REASON)
+_MAMBA2 = "transformers.models.mamba2.modeling_mamba2.Mamba2Mixer.torch_forward"
+
+
+@register_patch(_MAMBA2, versions=_V4, reason=_MIXER_REASON)
 def mamba2_stepped_mixer(self, hidden_states, cache_params=None, cache_position=None, attention_mask=None):
-    return original("transformers.models.mamba2.modeling_mamba2.Mamba2Mixer.torch_forward")(
+    return original(_MAMBA2)(
         self, hidden_states, cache_params, _stepped(hidden_states, cache_params, cache_position), attention_mask)
 
 

@@ -37,15 +37,24 @@ def _attend_per_image(self, hidden_states, cu_seqlens, position_embeddings, kwar
     return self.proj(output.reshape(length, -1).contiguous())
 
 
-@register_patch(f"{_CLASSES[0]}.forward", versions={"transformers": ">=5"}, reason="per-image attention without .tolist()")
-@register_patch(f"{_CLASSES[1]}.forward", versions={"transformers": ">=5"}, reason="per-image attention without .tolist()")
-@register_patch(f"{_CLASSES[2]}.forward", versions={"transformers": ">=5"}, reason="per-image attention without .tolist()")
 def packed_vision_attention(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
     return _attend_per_image(self, hidden_states, cu_seqlens, position_embeddings, kwargs)
 
 
-@register_patch(f"{_CLASSES[0]}.forward", versions={"transformers": "<5"}, reason="per-image attention without .tolist()")
-@register_patch(f"{_CLASSES[1]}.forward", versions={"transformers": "<5"}, reason="per-image attention without .tolist()")
-@register_patch(f"{_CLASSES[2]}.forward", versions={"transformers": "<5"}, reason="per-image attention without .tolist()")
-def packed_vision_attention_v4(self, hidden_states, cu_seqlens, rotary_pos_emb=None, position_embeddings=None, **kwargs):
+def packed_vision_attention_without_max_seqlen(self, hidden_states, cu_seqlens, position_embeddings=None, **kwargs):
     return _attend_per_image(self, hidden_states, cu_seqlens, position_embeddings, kwargs)
+
+
+def packed_vision_attention_rotary(self, hidden_states, cu_seqlens, rotary_pos_emb=None, position_embeddings=None,
+                                   **kwargs):
+    return _attend_per_image(self, hidden_states, cu_seqlens, position_embeddings, kwargs)
+
+
+# the forward's signature by transformers release (4.53 takes an `attention_mask` and needs no patch): `rotary_pos_emb`
+# dropped in 5.10, `max_seqlen` added in 5.15
+for _versions, _replacement in ((">=5.15", packed_vision_attention),
+                                (">=5.10,<5.15", packed_vision_attention_without_max_seqlen),
+                                (">=4.54,<5.10", packed_vision_attention_rotary)):
+    for _cls in _CLASSES:
+        register_patch(f"{_cls}.forward", versions={"transformers": _versions},
+                       reason="per-image attention without .tolist()")(_replacement)

@@ -13,6 +13,7 @@ Both equal eager's values for every count (eager's `max(seen - window + 1, 0)` i
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 
 import torch
@@ -40,28 +41,33 @@ def _keep_window(layer, key_states, value_states):
     return keys, values
 
 
-@register_patch(f"{_LAYER}.update", versions={"transformers": ">=4.56,<5"}, reason=_REASON)
-def update_v4(self, key_states, value_states, cache_kwargs=None):
-    if not self.is_initialized:
-        self.lazy_initialization(key_states)
+def _initialize(layer, key_states, value_states):
+    """transformers 5 initializes a layer from keys and values, 4 from keys."""
+    if not layer.is_initialized:
+        takes_values = len(inspect.signature(layer.lazy_initialization).parameters) > 1
+        layer.lazy_initialization(*((key_states, value_states) if takes_values else (key_states,)))
+
+
+@register_patch(f"{_LAYER}.update", versions={"transformers": ">=4.56,<5.4"}, reason=_REASON)
+def update_cache_kwargs(self, key_states, value_states, cache_kwargs=None):
+    _initialize(self, key_states, value_states)
     return _keep_window(self, key_states, value_states)
 
 
-@register_patch(f"{_LAYER}.get_mask_sizes", versions={"transformers": ">=4.56,<5"}, reason=_REASON)
-def get_mask_sizes_v4(self, cache_position):
+@register_patch(f"{_LAYER}.get_mask_sizes", versions={"transformers": ">=4.56,<5.4"}, reason=_REASON)
+def get_mask_sizes_from_positions(self, cache_position):
     past = _past(self)
     return past + cache_position.shape[0], self.cumulative_length - past
 
 
-@register_patch(f"{_LAYER}.update", versions={"transformers": ">=5"}, reason=_REASON)
-def update_v5(self, key_states, value_states, *args, **kwargs):
-    if not self.is_initialized:
-        self.lazy_initialization(key_states, value_states)
+@register_patch(f"{_LAYER}.update", versions={"transformers": ">=5.4"}, reason=_REASON)
+def update(self, key_states, value_states, *args, **kwargs):
+    _initialize(self, key_states, value_states)
     return _keep_window(self, key_states, value_states)
 
 
-@register_patch(f"{_LAYER}.get_mask_sizes", versions={"transformers": ">=5"}, reason=_REASON)
-def get_mask_sizes_v5(self, query_length):
+@register_patch(f"{_LAYER}.get_mask_sizes", versions={"transformers": ">=5.4"}, reason=_REASON)
+def get_mask_sizes(self, query_length):
     past = _past(self)
     return past + query_length, self.cumulative_length - past
 
