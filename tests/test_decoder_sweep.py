@@ -75,7 +75,12 @@ def test_sweep_lists():
 @pytest.mark.parametrize("model_type", [_param(m) for m in COMMON + T5_ONLY])
 def test_export_matches_pytorch(model_type, tmp_path):
     window = {"sliding_window": WINDOW} if model_type in SLIDING else {}
-    ckpt = save_tiny_decoder(model_type, tmp_path / "ckpt", **window)
+    try:
+        ckpt = save_tiny_decoder(model_type, tmp_path / "ckpt", **window)
+    except Exception as e:  # transformers 5.4's Olmo2Config refuses its own tie_word_embeddings=False (typed int)
+        if type(e).__name__ != "StrictDataclassFieldValidationError":
+            raise
+        pytest.skip(f"this transformers cannot build a {model_type} config: {str(e).splitlines()[-1].strip()}")
     out = tmp_path / "onnx"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", "text-generation-with-past", out)
     assert run.returncode == 0, run.stderr[-3000:]

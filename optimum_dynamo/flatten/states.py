@@ -87,8 +87,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def rebuild_mamba(cls, context, tensors):
     """MambaCache's constructor needs a config: set its attributes directly instead."""
-    (max_batch_size, dtype, intermediate_size, ssm_state_size, conv_kernel_size), _ = context
+    (max_batch_size, dtype, intermediate_size, ssm_state_size, conv_kernel_size), _, previous = context
     cache = cls.__new__(cls)
+    if previous is not None:  # transformers 5.0-5.x's MambaCache says whether a step has run
+        cache.has_previous_state = previous
     cache.max_batch_size, cache._dtype = max_batch_size, getattr(torch, dtype)
     cache.intermediate_size, cache.ssm_state_size, cache.conv_kernel_size = intermediate_size, ssm_state_size, conv_kernel_size
     cache.conv_states, cache.ssm_states = list(tensors[0::2]), list(tensors[1::2])
@@ -100,7 +102,7 @@ def _mamba_leaves(cache):
     tensors = [t for pair in zip(cache.conv_states, cache.ssm_states) for t in pair]
     sizes = (cache.max_batch_size, _dtype_name(cache._dtype), cache.intermediate_size, cache.ssm_state_size,
              cache.conv_kernel_size)
-    return names, tensors, (sizes, len(cache.conv_states))
+    return names, tensors, (sizes, len(cache.conv_states), getattr(cache, "has_previous_state", None))
 
 
 @register_cache("transformers.models.mamba.modeling_mamba.MambaCache", unflatten=rebuild_mamba)
