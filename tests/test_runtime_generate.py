@@ -36,7 +36,7 @@ def test_other_tokens_than_pytorch_fail_with_the_batch_row_and_token(export):
         tokens = AutoModelForCausalLM.from_pretrained(checkpoint).eval().generate(**inputs, **OPTIONS)[:, 5:]
     same = Generation(inputs, OPTIONS, tokens)
     assert check_generate(ORTModelForCausalLM, out, [same], use_cache=True) == (
-        "ORTModelForCausalLM.generate: PyTorch's greedy tokens on 1 captured batches")
+        "ORTModelForCausalLM.generate: PyTorch's greedy tokens on 1 captured batch")
     other = tokens.clone()
     other[1, 2] = (other[1, 2] + 1) % 128  # what a runtime off from the third new token of row 1 would give
     with pytest.raises(GrossMismatch) as refused:

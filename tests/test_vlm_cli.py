@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from optimum_dynamo import ORTModelForImageTextToText
@@ -149,6 +150,23 @@ def test_checkpoint_without_processor_files_is_refused(checkpoints, tmp_path):
         "on an image and a prompt, which need the checkpoint's processor files (tokenizer and image processor); "
         "save them beside the model (LlavaProcessor.save_pretrained)"]
     assert not out.exists() and sorted(p.name for p in bare.iterdir()) == before
+
+
+@pytest.mark.skipif(transformers.__version__ < "5", reason="transformers 4.57 cannot read phi4_multimodal's config back")
+def test_a_causal_lm_taking_images_is_sent_to_its_own_task(tmp_path):
+    """phi4_multimodal (images and audio into a causal LM) is in transformers' causal-LM mapping, not the
+    image-text-to-text one: refused before anything loads, naming the task its class serves (the zoo exports it
+    so)."""
+    from transformers import AutoConfig
+
+    ckpt, out = tmp_path / "phi4", tmp_path / "out"
+    AutoConfig.for_model("phi4_multimodal").save_pretrained(ckpt)  # the config alone: refused before the weights
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", TASK, out)
+    assert run.returncode == 1
+    assert _error_lines(run) == [
+        f"{PROG}: error: phi4_multimodal is not in transformers' image-text-to-text mapping: its model class is a "
+        "causal LM, export it with --task text-generation-with-past"]
+    assert not out.exists() and sorted(p.name for p in ckpt.iterdir()) == ["config.json"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None,

@@ -34,13 +34,19 @@ class Generation:
     tokens: torch.Tensor
 
 
+def greedy(new_tokens: int = NEW_TOKENS, pad: int | None = None) -> dict:
+    """`generate`'s options for exactly `new_tokens` greedy tokens (and the pad id, where given)."""
+    options = dict(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    return options if pad is None else dict(options, pad_token_id=pad)
+
+
 @torch.no_grad()
 def drive_text_generation(model, tokenizer=None) -> list[Generation]:
     if is_state_model(model):
         return drive_state_generation(model, tokenizer)
     pad, vocab_size = pad_and_vocab(model)
     first, second = text_samples(tokenizer, vocab_size, pad)
-    options = dict(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=pad)
+    options = greedy(pad=pad)
     inputs = dict(input_ids=first.input_ids, attention_mask=first.attention_mask)
     generations = [Generation(inputs, options, _new_tokens(model.generate(**inputs, **options), first.input_ids))]
     # The prefix cache comes from `generate` too, so it has the cache class generate builds for this model
@@ -74,7 +80,7 @@ def drive_state_generation(model, tokenizer=None) -> list[Generation]:
     from .. import patches
 
     pad, vocab_size = pad_and_vocab(model)
-    options = dict(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=pad)
+    options = greedy(pad=pad)
     generations = []
     with patches.applied():
         for sample in text_samples(tokenizer, vocab_size, pad):
@@ -126,9 +132,7 @@ def drive_seq2seq_generation(model, tokenizer=None, processor=None, batches=None
     """`batches`: two batches of encoder inputs (else made for the model's modality: `encoder_batches`)."""
     batches = batches or encoder_batches(model, tokenizer, processor)
     generation = model.generation_config
-    options = dict(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    if generation.pad_token_id is None:
-        options["pad_token_id"] = optional(model.config, "pad_token_id", 0)
+    options = greedy(pad=optional(model.config, "pad_token_id", 0) if generation.pad_token_id is None else None)
     for batch in batches:
         model.generate(**batch, **options)
     batch = batches[-1]

@@ -38,6 +38,7 @@ import torch
 from legacy_bridge import cache_argument
 
 from ..capture import Call, InputObserver, observe
+from ..capture.drivers import Generation, greedy
 from ..errors import ExportError, describe
 from ..options import ExportOptions
 from .base import ExportContext, _load_model, _tasks_auto_class
@@ -308,7 +309,7 @@ def observed_parts(model, inputs: dict, max_new_tokens: int) -> tuple[dict, torc
 
 
 def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
-    """One greedy `generate` on (`image`, `prompt`) under observation: (plan, layout, new tokens). `plan`:
+    """One greedy `generate` on (`image`, `prompt`) under observation: (plan, layout, that `Generation`). `plan`:
     component -> (observer, inputs or None, constants or None), as `ObservedOnnxExporter` takes it."""
     inner = getattr(model, "model", None)
     if not isinstance(inner, torch.nn.Module):  # BLIP, GIT: images reach the text by cross-attention or as a prefix
@@ -361,7 +362,8 @@ def observe_vlm(model, processor, image=None, prompt: str | None = None, max_new
         "position_offset": int(positions.reshape(-1)[0]),
         "token_type_ids": token_types is not None,
     }
-    return plan, layout, tokens[:, inputs["input_ids"].shape[1] :]
+    given = {k: v for k, v in inputs.items() if k != "labels"}  # PaliGemma's processor adds training targets
+    return plan, layout, Generation(given, greedy(max_new_tokens), tokens[:, inputs["input_ids"].shape[1] :])
 
 
 def export_vlm(
@@ -387,6 +389,18 @@ def export_vlm(
     return VlmExport(Path(output), {part.name: part for part in ctx.components}, exporter.layout, exporter.tokens)
 
 
+def check_mapped(model_type: str) -> None:
+    """ExportError for a model type outside transformers' image-text-to-text mapping, naming the task its model class
+    serves where that is text generation (phi4_multimodal: a causal LM taking images and audio)."""
+    from transformers.models.auto import modeling_auto
+
+    if model_type.replace("-", "_") in {t.replace("-", "_") for t in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES}:
+        return
+    causal = model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    raise ExportError(f"{model_type} is not in transformers' image-text-to-text mapping" + (
+        ": its model class is a causal LM, export it with --task text-generation-with-past" if causal else ""))
+
+
 class VlmOnnxExporter(ObservedOnnxExporter):
     """The four components, observed in one `generate` with an image, one directory each, beside the model's
     config, generation config, processor and `vlm.json` (one manifest on top). The CLI's export
@@ -403,6 +417,7 @@ class VlmOnnxExporter(ObservedOnnxExporter):
             return
         target = ctx.target
         ctx.model_id, ctx.config, ctx.task = target.model_id, target.config, target.task
+        check_mapped(ctx.config.model_type)
         ctx.processor = load_processor(ctx.model_id, ctx.config, ctx.options.loading)  # before the weights
         if target.model is not None:
             ctx.model = target.model.eval()
@@ -414,8 +429,9 @@ class VlmOnnxExporter(ObservedOnnxExporter):
 
     def components(self, ctx: ExportContext) -> list[Component]:
         observe_model = observe_steps if uses_steps(ctx.model) else observe_vlm  # GIT: the stepped forward
-        self.parts, self.layout, self.tokens = observe_model(ctx.model, ctx.processor, self.image, self.prompt,
-                                                             self.max_new_tokens)
+        self.parts, self.layout, generation = observe_model(ctx.model, ctx.processor, self.image, self.prompt,
+                                                            self.max_new_tokens)
+        self.tokens, ctx.generations = generation.tokens, [generation]  # the runtime's generate is checked on it
         parts = super().components(ctx)
         for part in parts:
             path = PurePosixPath(self.layout["components"][part.name])  # where vlm.json says the graph is

@@ -25,6 +25,7 @@ from legacy_bridge import cache_argument
 from legacy_bridge import positions as position_rules
 
 from ..capture import Call, InputObserver, observe
+from ..capture.drivers import Generation, greedy
 from ..errors import ExportError
 from .image_features import default_image
 from .vlm_prompts import image_token, processor_inputs, text_batches
@@ -222,7 +223,7 @@ def _observe_kind(model, batches: list[dict], max_new_tokens: int, image_calls: 
     for call in prefill:  # the prompt's step returns only the outputs decode steps read
         call.outputs = {k: v for k, v in call.outputs.items() if k in ("logits", "past_key_values", *fed_back)}
     return {"stepper": stepper, "prefill": prefill, "decode": decode, "prefill_inputs": first_rules,
-            "decode_inputs": rules, "fed_back": fed_back, "tokens": tokens}
+            "decode_inputs": rules, "fed_back": fed_back, "tokens": tokens, "batch": batches[0]}
 
 
 def _names(calls: list[Call], graph: str) -> list[str]:
@@ -235,7 +236,7 @@ def _names(calls: list[Call], graph: str) -> list[str]:
 
 def observe_steps(model, processor, image=None, prompt: str | None = None, max_new_tokens: int = 4):
     """Greedy `generate` on `step_batches`, then on `text_batches`, under observation: (plan, layout, the first
-    batch's new tokens), as `observe_vlm` returns them. The layout's `prefill_inputs` and `decode_inputs` say how the
+    batch's `Generation`), as `observe_vlm` returns them. The layout's `prefill_inputs` and `decode_inputs` say how the
     runtime makes each step's tensors besides ids, mask, positions and past (`prompt_rules`, `step_rule`);
     `text_only`, the graphs and rules of prompts without an image (their own prompt graph; the decode-step graph of
     prompts with one where it takes the same tensors by the same rules, else their own)."""
@@ -274,7 +275,7 @@ def observe_steps(model, processor, image=None, prompt: str | None = None, max_n
         plan[name] = (InputObserver(ModelStep.taking(stepper, names, returned), name, calls=calls), names, {})
     layout["components"] = {name: f"{STEPS_DIR}/{name}.onnx" for name in plan}  # one directory: the weights shared
     layout["weights"] = f"{STEPS_DIR}/weights.onnx_data"
-    return plan, layout, seen["tokens"]
+    return plan, layout, Generation(seen["batch"], greedy(max_new_tokens), seen["tokens"])
 
 
 __all__ = ["ImageStates", "ModelStep", "observe_steps", "prompt_rules", "step_batches", "step_rule", "stepped_generate"]

@@ -34,4 +34,5 @@ def check_generate(runtime_class: type, directory: Path, generations: Sequence, 
             at = f" (row {int(where[0, 0])}, new token {int(where[0, 1]) + 1})" if where is not None and len(where) else ""
             raise GrossMismatch(f"{runtime_class.__name__}.generate gives other greedy tokens than PyTorch's on captured "
                                 f"batch {number}{at}, although each graph call matched: the export is wrong as run")
-    return f"{runtime_class.__name__}.generate: PyTorch's greedy tokens on {len(generations)} captured batches"
+    batches = "1 captured batch" if len(generations) == 1 else f"{len(generations)} captured batches"
+    return f"{runtime_class.__name__}.generate: PyTorch's greedy tokens on {batches}"
