@@ -45,6 +45,7 @@ ROWS = ([(t, "2.15.0") for t in TRANSFORMERS]
 
 # group -> (working directory, pytest arguments); the smoke set runs from its own directory (its own pytest.ini)
 GROUPS = {
+    "patches": ("tests", ["test_patch_targets.py"]),
     "smoke": ("tests/smoke", ["."]),
     "decoder sweep": ("tests", ["test_decoder_sweep.py"]),
     "seq2seq": ("tests", ["test_seq2seq_cli.py"]),
@@ -188,6 +189,7 @@ def run_row(transformers: str, torch: str, wheel: Path) -> dict:
         row["error"] = f"environment: {error}"
     else:
         row["versions"] = versions(python)
+        row["commit"] = checked("git", "rev-parse", "--short", "HEAD", cwd=ROOT).strip()
         row["install seconds"] = round(time.time() - started)
         for group in GROUPS:
             print(f"== {name}: {group}", flush=True)
@@ -214,7 +216,7 @@ def cell(result: dict, notes: list) -> str:
 
 def table(results: dict) -> str:
     header = ["transformers", "torch", "optimum", "optimum-onnx", "onnxruntime", "torchvision", *GROUPS, "minutes",
-              "measured (UTC)"]
+              "measured (UTC)", "package commit"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     notes = []
     order = {row_name(t, torch): i for i, (t, torch) in enumerate(ROWS)}
@@ -229,8 +231,8 @@ def table(results: dict) -> str:
             notes.append(row["error"])
             cells += [f"**not built** [{len(notes)}]"] + ["—"] * (len(GROUPS) - 1)
         else:
-            cells += [cell(row["cells"][group], notes) for group in GROUPS]
-        cells += [str(round(row["seconds"] / 60)), row["date"].replace(" UTC", "")]
+            cells += [cell(row["cells"][group], notes) if group in row["cells"] else "—" for group in GROUPS]
+        cells += [str(round(row["seconds"] / 60)), row["date"].replace(" UTC", ""), row.get("commit", "—")]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [""] + [f"[{i}] `{note.replace('`', chr(39))}`" + "  " for i, note in enumerate(notes, 1)]
     return "\n".join(lines).rstrip() + "\n"
