@@ -40,6 +40,26 @@ def _attr(module: str, name: str):
     return lambda _: getattr(_import(module), name)
 
 
+def _traced_length(module: str, name: str):
+    """transformers' mask function `name`, taking a `q_length` that torchscript's tracer made a 0-d tensor as the
+    positions it stands for: transformers 5.4 to 5.12 read a tensor there as the old `cache_position` (a 1-d tensor
+    of positions) and fail on a 0-d one."""
+    import functools
+
+    import torch
+
+    function = getattr(_import(module), name)
+
+    @functools.wraps(function)
+    def mask(*args, **kwargs):
+        length = kwargs.get("q_length")
+        if isinstance(length, torch.Tensor) and length.dim() == 0:
+            kwargs["q_length"] = torch.arange(length, device=length.device) + kwargs.get("q_offset", 0)
+        return function(*args, **kwargs)
+
+    return mask
+
+
 def _parameter_dtype(module):
     """First floating-point parameter dtype, else the last parameter dtype (None without parameters)."""
     dtype = None
@@ -208,8 +228,10 @@ SHIMS = [
     # optimum registers vmap-free mask functions written for transformers 4 (`prepare_padding_mask(_slice=)`, gone
     # in 5.0; the `cache_position` signature, replaced by `q_length`/`q_offset` in 5.4); transformers 5's own
     # functions no longer use vmap by default, so register those.
-    Shim(_PATCHER, "sdpa_mask_without_vmap", "5.0.0", _attr(f"{_TF}.masking_utils", "sdpa_mask"), replace=True),
-    Shim(_PATCHER, "eager_mask_without_vmap", "5.0.0", _attr(f"{_TF}.masking_utils", "eager_mask"), replace=True),
+    Shim(_PATCHER, "sdpa_mask_without_vmap", "5.0.0", lambda _: _traced_length(f"{_TF}.masking_utils", "sdpa_mask"),
+         replace=True),
+    Shim(_PATCHER, "eager_mask_without_vmap", "5.0.0", lambda _: _traced_length(f"{_TF}.masking_utils", "eager_mask"),
+         replace=True),
 ]
 
 applied: list[Shim] = []  # entries that changed something, in order

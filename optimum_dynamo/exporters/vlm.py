@@ -78,6 +78,9 @@ class TextDecoder(torch.nn.Module):
             config=self.model.config, input_embeds=inputs_embeds, inputs_embeds=inputs_embeds,
             attention_mask=attention_mask, cache_position=cache_position, position_ids=position_ids,
             token_type_ids=token_type_ids, **{cache_argument.name(): past_key_values},
+            # transformers 5.4 builds the image blocks' mask only when told this is the prompt; types span the whole
+            # sequence, so the blocks are the same on every step (a new text token's row is unchanged by them)
+            is_first_iteration=True,
         )
         return make(**{k: v for k, v in values.items() if k in inspect.signature(make).parameters})
 
