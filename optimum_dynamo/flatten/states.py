@@ -29,37 +29,58 @@ def state_name(kind: str, index: int) -> str:
     return kind if index == 0 else f"{kind}_{index}"
 
 
+def _states(layer) -> int:
+    """How many states the layer holds: transformers >= 5.2x keeps lists (`number_of_states`), 5.13 one state in
+    plain attributes."""
+    return getattr(layer, "number_of_states", None) or 1
+
+
+def _get(layer, name: str, i: int):
+    value = getattr(layer, name)
+    return value[i] if hasattr(layer, "number_of_states") else value
+
+
+def _set(layer, name: str, i: int, value) -> None:
+    if hasattr(layer, "number_of_states"):
+        getattr(layer, name)[i] = value
+    else:
+        setattr(layer, name, value)
+
+
 def layer_leaves(layer) -> tuple[list[str], list[torch.Tensor], tuple]:
     """The state leaves of one linear-attention layer (names without the layer index) and its context:
     per state (conv initialized, recurrent initialized, has previous state, conv kernel size), record_past."""
     names, tensors, states = [], [], []
-    for i in range(layer.number_of_states):
-        conv, recurrent = bool(layer.is_conv_states_initialized[i]), bool(layer.is_recurrent_states_initialized[i])
+    for i in range(_states(layer)):
+        conv = bool(_get(layer, "is_conv_states_initialized", i))
+        recurrent = bool(_get(layer, "is_recurrent_states_initialized", i))
         if conv:
             names.append(state_name(CONV, i))
-            tensors.append(layer.conv_states[i])
+            tensors.append(_get(layer, "conv_states", i))
         if recurrent:
             names.append(state_name(RECURRENT, i))
-            tensors.append(layer.recurrent_states[i])
-        states.append((conv, recurrent, bool(layer.has_previous_state[i]), layer.conv_kernel_size[i]))
-    return names, tensors, (tuple(states), bool(layer.record_past))
+            tensors.append(_get(layer, "recurrent_states", i))
+        kernel = _get(layer, "conv_kernel_size", i) if conv or hasattr(layer, "number_of_states") else None
+        states.append((conv, recurrent, bool(_get(layer, "has_previous_state", i)), kernel))
+    return names, tensors, (tuple(states), bool(getattr(layer, "record_past", False)))
 
 
 def fill_state_layer(layer, context, leaves) -> None:
     """Put the states back into a freshly built layer; `leaves` is an iterator over the tensors."""
     states, record_past = context
-    layer.record_past = record_past
+    if hasattr(layer, "record_past"):
+        layer.record_past = record_past
     for i, (conv, recurrent, previous, kernel) in enumerate(states):
-        for initialized, store, flags in (
-            (conv, layer.conv_states, layer.is_conv_states_initialized),
-            (recurrent, layer.recurrent_states, layer.is_recurrent_states_initialized),
-        ):
+        for initialized, store, flag in ((conv, "conv_states", "is_conv_states_initialized"),
+                                         (recurrent, "recurrent_states", "is_recurrent_states_initialized")):
             if initialized:
-                store[i] = next(leaves)
-                flags[i] = True
-                layer.dtype, layer.device = store[i].dtype, store[i].device
-        layer.has_previous_state[i] = previous
-        layer.conv_kernel_size[i] = kernel
+                tensor = next(leaves)
+                _set(layer, store, i, tensor)
+                _set(layer, flag, i, True)
+                layer.dtype, layer.device = tensor.dtype, tensor.device
+        _set(layer, "has_previous_state", i, previous)
+        if kernel is not None:
+            _set(layer, "conv_kernel_size", i, kernel)
 
 
 # A model whose state is a plain list of tensors (RWKV's `state`: five [batch, hidden, layers] tensors) is
