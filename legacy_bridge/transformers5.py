@@ -41,14 +41,18 @@ def _attr(module: str, name: str):
 
 
 def _traced_length(module: str, name: str):
-    """transformers' mask function `name`, taking a `q_length` that torchscript's tracer made a 0-d tensor as the
-    positions it stands for: transformers 5.4 to 5.12 read a tensor there as the old `cache_position` (a 1-d tensor
-    of positions) and fail on a 0-d one."""
+    """transformers' mask function `name`; on transformers 5.4 to 5.12, which read a tensor `q_length` as the old
+    `cache_position` (a 1-d tensor of positions) and fail on a 0-d one, one taking the 0-d tensor torchscript's tracer
+    makes of the length as the positions it stands for."""
     import functools
+    import importlib.metadata
 
     import torch
+    from packaging.version import Version
 
     function = getattr(_import(module), name)
+    if not Version("5.4") <= Version(importlib.metadata.version("transformers")) < Version("5.13"):
+        return function
 
     @functools.wraps(function)
     def mask(*args, **kwargs):
