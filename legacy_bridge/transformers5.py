@@ -45,13 +45,12 @@ def _traced_length(module: str, name: str):
     `cache_position` (a 1-d tensor of positions) and fail on a 0-d one, one taking the 0-d tensor torchscript's tracer
     makes of the length as the positions it stands for."""
     import functools
-    import importlib.metadata
 
     import torch
     from packaging.version import Version
 
     function = getattr(_import(module), name)
-    if not Version("5.4") <= Version(importlib.metadata.version("transformers")) < Version("5.13"):
+    if not Version("5.4") <= _transformers_version() < Version("5.13"):
         return function
 
     @functools.wraps(function)
@@ -246,15 +245,21 @@ _MISSING = object()
 _version_checked: dict[str, bool] = {}
 
 
+def _transformers_version():
+    """The installed transformers' Version."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    return Version(importlib.metadata.version("transformers"))
+
+
 def _due(shim: Shim) -> bool:
     """Whether the installed transformers is at least `shim.since` (read when a watched module is imported)."""
     if shim.since not in _version_checked:
-        import importlib.metadata
-
         from packaging.version import Version
 
-        installed = Version(importlib.metadata.version("transformers"))
-        _version_checked[shim.since] = installed >= Version(shim.since)
+        _version_checked[shim.since] = _transformers_version() >= Version(shim.since)
     return _version_checked[shim.since]
 
 

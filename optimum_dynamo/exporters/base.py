@@ -123,6 +123,7 @@ class Exporter:
         return found
 
     def run(self, ctx: ExportContext) -> ExportContext:
+        supported.check()  # every exporter (the VLM one loads its own way), before anything is staged
         with _ONE_AT_A_TIME, quiet.third_party():
             with staged(ctx.output) as ctx.staging, flatten.registered():  # export and validation walk cache pytrees
                 self._run_stages(ctx, self.stages(ctx.options))
@@ -142,7 +143,6 @@ class Exporter:
     # ── Stage: load ──
     @stage("load model")
     def load(self, ctx: ExportContext) -> None:
-        supported.check()
         target = ctx.target
         ctx.model_id, ctx.config, ctx.task = target.model_id, target.config, target.task
         if target.model is not None:  # an in-memory model (onnx_export_from_model): captured as it is

@@ -397,7 +397,7 @@ def check_mapped(model_type: str) -> None:
     serves where that is text generation (phi4_multimodal: a causal LM taking images and audio)."""
     from transformers.models.auto import modeling_auto
 
-    if model_type.replace("-", "_") in {t.replace("-", "_") for t in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES}:
+    if model_type in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return
     causal = model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     raise ExportError(f"{model_type} is not in transformers' image-text-to-text mapping" + (
