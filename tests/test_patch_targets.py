@@ -18,7 +18,7 @@ def _module_of(target: str):
         try:
             return importlib.import_module(name), parts[split:]
         except ModuleNotFoundError as e:
-            if e.name != name:  # the module exists but needs what is not installed
+            if not (name == e.name or name.startswith(f"{e.name}.")):  # it exists but needs what is not installed
                 raise
     return None, parts
 

@@ -132,6 +132,13 @@ def test_files_and_io_names_equal_torchscript_export(model_type, seq2seq, tmp_pa
         assert sorted(inputs) == sorted(ts_inputs), name  # same names; ours follow the forward's order
 
 
+def _layer(cache, i: int):
+    """(key, value) of layer i of a DynamicCache: its layers, or transformers < 4.54's key_cache / value_cache lists."""
+    if hasattr(cache, "layers"):
+        return cache.layers[i].keys, cache.layers[i].values
+    return cache.key_cache[i], cache.value_cache[i]
+
+
 def test_decoder_with_past_takes_several_new_tokens(seq2seq):
     """The with-past graph is not fixed to one new token nor to one past length."""
     ckpt, out = seq2seq("bart")
@@ -147,11 +154,10 @@ def test_decoder_with_past_takes_several_new_tokens(seq2seq):
     assert [i.name for i in session.get_inputs()][:2] == ["input_ids", "encoder_attention_mask"]
     feed = {"input_ids": tokens[:, 4:].numpy(), "encoder_attention_mask": inputs["attention_mask"].numpy()}
     cache = cache_argument.of(first)  # a cache object also where transformers < 4.54 returns tuples
-    for i in range(len(cache.self_attention_cache.layers)):
+    for i in range(model.config.decoder_layers):
         for part, sub in (("decoder", cache.self_attention_cache), ("encoder", cache.cross_attention_cache)):
-            layer = sub.layers[i]
-            feed[f"past_key_values.{i}.{part}.key"] = layer.keys[:, :, :4 if part == "decoder" else None].numpy()
-            feed[f"past_key_values.{i}.{part}.value"] = layer.values[:, :, :4 if part == "decoder" else None].numpy()
+            for kind, tensor in zip(("key", "value"), _layer(sub, i)):
+                feed[f"past_key_values.{i}.{part}.{kind}"] = tensor[:, :, :4 if part == "decoder" else None].numpy()
     logits, *presents = session.run(None, feed)
     assert logits.shape[1] == 2 and presents[0].shape[2] == 6
     assert abs(logits - second.logits.numpy()).max() < ATOL
