@@ -34,11 +34,14 @@ def _init_kwargs(layer) -> tuple[tuple[str, int], ...]:
 
 @functools.cache
 def _layers_record_dtype() -> bool:
-    """Whether the installed transformers' cache layers keep their dtype as an attribute (not since 5.24)."""
+    """Whether the installed transformers' cache layers keep their dtype as an attribute (not before 4.56, whose
+    layers record nothing of their first states, nor since 5.24)."""
     from transformers.cache_utils import DynamicLayer
 
     layer, empty = DynamicLayer(), torch.zeros(1, 1, 0, 1)
-    init = layer.lazy_initialization
+    init = getattr(layer, "lazy_initialization", None)
+    if init is None:
+        return False
     init(empty, empty) if "value_states" in inspect.signature(init).parameters else init(empty)
     return "dtype" in vars(layer)
 
