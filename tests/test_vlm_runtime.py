@@ -154,20 +154,12 @@ def test_image_tokens_without_pixels_are_refused(exported):
 
 
 def test_an_image_size_not_exported_is_refused(exported):
-    """The processors of these families resize to one size; the graph's size is fixed: another is refused."""
+    """The processors of these families resize to one size (LLaVA-Next: tiles of one size); the graph's size is
+    fixed: another is refused."""
     model, ort, processor, _ = exported
     if "grid_inputs" in ort.layout or ort.layout.get("image_sizes") == "pixels":
         pytest.skip("images at their own size: the image graph's sizes are dynamic (test_an_unseen_image_size)")
     inputs = _two_images(model, processor)
-    if ort.layout.get("image_sizes") == "fixed":  # LLaVA-Next: the size the tiles and unpadding were exported for
-        texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
-        line = (r"^an image of 32x32: the exported image graph takes images of 48x48 only \(its tiles and unpadding "
-                r"are fixed at export\); resize the image before the processor$")
-        for first in (default_image(seed=1), default_image(size=32, seed=1)):  # beside the exported size; alone
-            inputs = _inputs(model, processor, texts, [[first], [default_image(size=32, seed=2)]])
-            with pytest.raises(ValueError, match=line):
-                ort.generate(**inputs, **GREEDY)
-        return
     pixels = inputs["pixel_values"]
     other = torch.nn.functional.interpolate(pixels.flatten(0, -4), size=(pixels.shape[-2] + 8, pixels.shape[-1] + 8))
     other = other.reshape(*pixels.shape[:-2], *other.shape[-2:])  # Idefics3: (prompts, tiles, C, H, W)
@@ -187,6 +179,24 @@ def test_an_image_size_not_seen_at_export(exported):
     images = [[default_image(64, seed=1).resize((64, 32))], [default_image(48, seed=2).resize((32, 48))]]
     inputs = _inputs(model, processor, ["the quick {image} brown fox", "hello world {image} from the lazy dog"], images)
     assert inputs["image_grid_thw"].tolist() == [[1, 4, 8], [1, 6, 4]]
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+
+
+def test_tiles_of_images_of_other_sizes(exported):
+    """LLaVA-Next's processor tiles an image by its size (the export saw one 48x48 image, 5 tiles): a wide and a
+    small image, neither of that size, another tile count each, give PyTorch's tokens; the runtime counts the
+    tiles and unpads their grid per image."""
+    model, ort, processor, _ = exported
+    if not ort.layout.get("tiles"):
+        pytest.skip("the processor does not tile images by their size")
+    texts = ["the quick {image} brown fox", "hello world {image} from the lazy dog over and over"]
+    inputs = _inputs(model, processor, texts, [[default_image(seed=1).resize((100, 40))], [default_image(size=32, seed=2)]])
+    assert inputs["image_sizes"].tolist() == [[40, 100], [32, 32]] and inputs["pixel_values"].shape[1] == 3
+    expected, tokens = _both(model, ort, inputs, **GREEDY)
+    assert tokens == expected
+    inputs = _inputs(model, processor, texts, [[default_image(seed=3).resize((30, 70))], [default_image(size=64, seed=4)]])
+    assert inputs["pixel_values"].shape[1] == 5
     expected, tokens = _both(model, ort, inputs, **GREEDY)
     assert tokens == expected
 

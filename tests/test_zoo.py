@@ -2,6 +2,8 @@
 sweep does not name, through the same harness `make zoo` runs (tests/zoo.py: a generically shrunk config,
 the real optimum-cli in a child process, the runtime class against PyTorch's greedy tokens and logits)."""
 
+import importlib.util
+
 import pytest
 import transformers
 
@@ -19,6 +21,7 @@ SUBSET = {
     ("vlm", "git"): "pass",  # the image a prefix of the text, no inner model: the model's own steps (vlm_steps)
     ("vlm", "idefics"): "pass",  # cross-attention to image states the prompt's step returns and decode steps read
     ("vlm", "kosmos-2"): "pass",  # generate encodes the image, then steps its text model: an image graph + the steps
+    ("vlm", "llava_onevision"): "pass",  # any-resolution tiles packed in the runtime (its processor needs torchvision)
 }
 # under `slow` (make test-all) for CI's time: their patches have unit tests of their own (test_patches.py:
 # dense experts, complex rope) and afmoe's drawn router test_zero_linears_are_drawn
@@ -57,6 +60,10 @@ WITHOUT_IMAGE = {
     "idefics": [["a b c"], ["hello there, how are you today"]],  # a prompt is a list; the processor adds pixels
     "t5gemma2": ["a b c", "hello there, how are you today"],  # an encoder graph of their own (text_encoder_model)
 }
+# then images of other sizes than the export's, and a prompt with two images, against PyTorch's tokens
+OTHER_SIZES = {"llava_onevision"}
+# rows whose processor cannot be built without torchvision (a video processor)
+NEEDS_TORCHVISION = {"llava_onevision"}
 # rows whose tiny model PyTorch itself cannot generate with on transformers 4.57 (the zoo's "not viable")
 NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < number of ones in mask"
 
@@ -71,12 +78,16 @@ def test_zoo_subset(kind, model_type, outcome, tmp_path):
         pytest.skip(f"{model_type} is not in this transformers' {kind} mapping")
     if model_type in NOT_VIABLE_ON_4 and not ON_5:
         pytest.skip(f"PyTorch's generate fails on the tiny {model_type} with transformers {transformers.__version__}")
+    if model_type in NEEDS_TORCHVISION and importlib.util.find_spec("torchvision") is None:
+        pytest.skip(f"{model_type}'s processor needs torchvision (its video processor), not installed here")
     row = zoo.run_one(model_type, tmp_path, kind)
     assert row["viable"] and row.get("outcome", row.get("status")) == outcome, row
     if model_type in OTHER_GENERATION:
         check_other_generation(tmp_path / model_type)
     if model_type in WITHOUT_IMAGE:
         check_without_image(tmp_path / model_type, WITHOUT_IMAGE[model_type])
+    if model_type in OTHER_SIZES:
+        check_other_sizes(tmp_path / model_type)
     if model_type in REFUSED_WITHOUT or model_type in RESIZED_REFUSED:
         import torch
 
@@ -114,6 +125,38 @@ def check_other_generation(directory):
             with torch.no_grad():
                 tokens.append(model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, **options))
         assert torch.equal(*tokens), options
+
+
+def check_other_sizes(directory):
+    """Any-resolution tiles: the export saw one 48x48 image per prompt; a wide image beside a small one (other tile
+    counts), then a prompt with two images beside one with one (LLaVA-OneVision: one tile each there), give
+    PyTorch's greedy tokens through ORTModelForImageTextToText."""
+    import inspect
+
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from optimum_dynamo import ORTModelForImageTextToText
+    from optimum_dynamo.exporters.vlm import default_image, image_placeholder
+
+    models = (AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval(),
+              ORTModelForImageTextToText.from_pretrained(directory / "onnx"))
+    processor = AutoProcessor.from_pretrained(directory / "checkpoint")
+    processor.tokenizer.padding_side = "left"
+    image = image_placeholder(processor, models[0].config)
+    taken = inspect.signature(models[0].forward).parameters
+    for texts, images in ((["a {0} b", "hello world {0} from the lazy dog"],
+                           [[default_image(seed=1).resize((100, 40))], [default_image(size=32, seed=2)]]),
+                          (["two {0} and {0} b", "one {0} c"],
+                           [[default_image(seed=5).resize((60, 30)), default_image(seed=6)], [default_image(size=40, seed=7)]])):
+        batch = processor(images=images, text=[t.format(image) for t in texts], return_tensors="pt", padding=True)
+        assert batch["image_sizes"][0].tolist() in ([40, 100], [30, 60])
+        inputs = {k: v for k, v in batch.items() if k in taken}
+        tokens = []
+        for model in models:
+            with torch.no_grad():
+                tokens.append(model.generate(**inputs, max_new_tokens=6, min_new_tokens=6, do_sample=False))
+        assert torch.equal(*tokens), texts
 
 
 def check_without_image(directory, prompts):

@@ -390,7 +390,7 @@ def run_one(model_type: str, root: Path, kind: str = "causal") -> dict:
 TINY_VISION = dict(TINY, image_size=32, patch_size=8, mm_tokens_per_image=4, projection_dim=32)
 IMAGE_SIDE = 32
 ROW_TIMEOUT = 300  # s, each child (build, export, check) of an image-text-to-text row
-ROW_MEMORY = 8 << 30  # bytes of address space for each child
+ROW_MEMORY = 16 << 30  # bytes of address space for each child (torch 2.15's CUDA build maps more than 8 GB: qwen2_vl)
 # A processor argument named differently from the config attribute that holds its value.
 PROCESSOR_ALIASES = {"image_seq_length": ("mm_tokens_per_image", "image_seq_length", "num_image_tokens"),
                      "img_size": ("image_size",)}
@@ -479,6 +479,21 @@ def _image_processor(model_type: str, config, extra: dict):
         return cls(**kwargs)
 
 
+def _video_processor(model_type: str):
+    """The model type's video processor with its defaults (a processor taking one needs it to load; the zoo's prompts
+    are images): transformers' video processors need torchvision."""
+    from transformers.models.auto import video_processing_auto
+
+    names = video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES.get(model_type)
+    names = [n for n in ((names.values() if isinstance(names, dict) else [names]) if names else ()) if n]
+    if not names:
+        raise Stage("processor", "the processor takes a video processor; none in VIDEO_PROCESSOR_MAPPING_NAMES")
+    try:
+        return video_processing_auto.video_processor_class_from_name(names[0])()
+    except (ImportError, TypeError) as e:
+        raise Stage("processor", f"{names[0]}: {_one_line(e)}") from e
+
+
 def _sides(value) -> dict:
     """The int entries of a size (a dict or transformers 5's SizeDict)."""
     items = value.items() if isinstance(value, dict) else vars(value).items() if type(value).__name__ == "SizeDict" else ()
@@ -565,6 +580,9 @@ def _processor(model_type: str, model, overrides: dict | None = None):
             if value is not None and param not in ("image_processor", "tokenizer", "chat_template"):
                 kwargs[param] = value
                 break
+    vision = getattr(config, "vision_config", None)
+    if "num_image_tokens" in params and kwargs.get("num_image_tokens") is None and vision is not None:
+        kwargs["num_image_tokens"] = (vision.image_size // vision.patch_size) ** 2  # LLaVA-OneVision: one tile's
     if "num_additional_image_tokens" in params:
         kwargs["num_additional_image_tokens"] = int(any(n.endswith("class_embedding") for n, _ in model.named_parameters()))
     kwargs.update(overrides or {})
@@ -587,6 +605,8 @@ def _processor(model_type: str, model, overrides: dict | None = None):
         subs.update({k: tokenizer for k in params if k.endswith("tokenizer")})  # InstructBLIP's qformer_tokenizer too
         if "image_processor" in params:
             subs["image_processor"] = image_processor
+        if "video_processor" in params:
+            subs["video_processor"] = _video_processor(model_type)
         try:
             processor = cls(**subs, **kwargs)
             unknown = {k: v for k, v in vars(processor).items() if k.endswith("_token") and isinstance(v, str)

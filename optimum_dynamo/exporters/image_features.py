@@ -20,7 +20,7 @@ import torch
 from ..capture import Call, InputObserver
 from ..errors import ExportError
 from ..flatten import flat_outputs
-from . import grid_tower_v4
+from . import grid_tower_v4, image_tiles
 
 
 def default_image(size: int = 48, seed: int = 0):
@@ -284,6 +284,24 @@ def padded_images(pixels: torch.Tensor, tower_pixels: torch.Tensor) -> dict:
     return {"padded_images": True}
 
 
+def _tiled_projector(inner, projected: InputObserver, inputs: dict, merged: torch.Tensor) -> InputObserver | None:
+    """The projector with the packing's newline row as a second output, when packing its observed output tile by
+    tile (`image_tiles.pack`) gives the rows the model merged; else None."""
+    sizes = inputs.get("image_sizes")
+    if sizes is None or not image_tiles.covers(inner):
+        return None
+    call = projected.calls[0]
+    newline = getattr(inner, image_tiles.NEWLINE)
+    with torch.no_grad():
+        counts = image_tiles.tile_counts(inner, sizes, inputs.get("batch_num_images"))
+        rows = image_tiles.pack(inner, call.outputs, sizes, counts, newline)
+    if rows.shape != merged.shape or not torch.equal(rows, merged):
+        return None
+    features = next(v for v in call.kwargs.values() if isinstance(v, torch.Tensor))
+    return InputObserver(image_tiles.TiledProjector(projected.module, newline), projected.name,
+                         calls=[Call({"features": features}, {"output": call.outputs, image_tiles.NEWLINE: newline.detach()})])
+
+
 def image_components(model, processor, inputs: dict, obs: dict, image_id: int, layout: dict,
                      other: dict | None = None) -> dict:
     """The vision tower and the projector as two graphs when the projector's output is what the model merged
@@ -309,6 +327,11 @@ def image_components(model, processor, inputs: dict, obs: dict, image_id: int, l
                           **padded_images(inputs["pixel_values"], vision[0].kwargs["pixel_values"]))
             return {"vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
                     "multi_modal_projector": (projected, None, None)}
+        tiled = source is not None and _tiled_projector(model.model, projected, inputs, merged)
+        if tiled:  # LLaVA-Next: the tiles' features packed per image by its size, in the runtime
+            layout.update(vision_output=source, vision_skip=skip, tiles=True)
+            return {"vision_encoder": (VisionEncoder.observed(obs["vision"]), None, None),
+                    "multi_modal_projector": (tiled, None, None)}
     observer = ImageFeatures.observed(model, inputs, obs["language"].calls[0], image_id, other)
     names = list(observer.calls[0].kwargs)
     if len(names) > 1:

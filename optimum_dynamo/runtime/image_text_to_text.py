@@ -186,11 +186,14 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     # ------------------------------------------------------------------ the steps
     def image_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None,
                        image_sizes: torch.Tensor | None = None,
-                       pixel_attention_mask: torch.Tensor | None = None, **pixels: torch.Tensor) -> torch.Tensor:
+                       pixel_attention_mask: torch.Tensor | None = None, batch_num_images: torch.Tensor | None = None,
+                       **pixels: torch.Tensor) -> torch.Tensor:
         """(image tokens of all images, hidden): the rows that replace the image tokens (`pixels`: the layout's
         other pixel tensors, `image_inputs`)."""
         if "grid_inputs" in self.layout:
             return self._grid_features(pixel_values, image_grid_thw)["output"]
+        if self.layout.get("tiles"):  # tiles by the image's size, packed per image here (LLaVA-Next)
+            return self._tiled_features(pixel_values, image_sizes, batch_num_images)
         if self.layout.get("image_sizes"):  # a graph of one image, its size from its pixels or fixed at export
             if image_sizes is None:
                 raise ValueError("this model's image graph needs image_sizes (the processor's) beside pixel_values")
@@ -207,11 +210,31 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             if missing:
                 raise ValueError(f"this model's image graph needs {', '.join(missing)} (the processor's) beside pixel_values")
             return self.components["image_features"](pixel_values=pixel_values, **pixels)["output"]
-        vision = self.components["vision_encoder"](pixel_values=pixel_values)  # the split layout: tower, projector
+        features = self._projected(pixel_values)["output"]  # the split layout: tower, projector
+        return features.reshape(-1, features.shape[-1])
+
+    def _projected(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The projector's outputs on the vision tower's selected features."""
+        vision = self.components["vision_encoder"](pixel_values=pixel_values)
         selected = vision[self.layout["vision_output"]][:, self.layout["vision_skip"] :]
         projector = self.components["multi_modal_projector"]
-        features = projector(**{projector.first_input: selected})["output"]
-        return features.reshape(-1, features.shape[-1])
+        return projector(**{projector.first_input: selected})
+
+    def _tiled_features(self, pixel_values: torch.Tensor, image_sizes: torch.Tensor | None,
+                        batch_num_images: torch.Tensor | None) -> torch.Tensor:
+        """Each image's tiles (their count from its size; LLaVA-OneVision: one tile for the images of a prompt with
+        several) through the tower and the projector, packed by the model's own function on the meta model: the grid
+        unpadded to the image's size, the newline rows added."""
+        if image_sizes is None:
+            raise ValueError("this model's image graphs need image_sizes (the processor's) beside pixel_values")
+        from ..exporters import image_tiles
+
+        inner = self._meta_model().model
+        self._check_image_size(pixel_values)
+        counts = image_tiles.tile_counts(inner, image_sizes, batch_num_images)
+        tiles = image_tiles.real_tiles(pixel_values, counts)
+        out = self._projected(tiles)
+        return image_tiles.pack(inner, out["output"], image_sizes, counts, out[image_tiles.NEWLINE])
 
     def _grid_features(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """Flattened patches: the tower's inputs derived from the grids (any size); the rows, and the DeepStack
@@ -257,10 +280,12 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
 
     def _check_image_size(self, pixel_values: torch.Tensor) -> None:
         """Images of the size the image graph was exported with (the manifest's fixed axes), else one line: never
-        resized here. With `padded_images`, pixel_values have an images axis more than the graph."""
+        resized here. With `padded_images` (and tiles, the processor's way), pixel_values have an images axis more
+        than the graph."""
         graph = self.components.get("image_features") or self.components["vision_encoder"]
         dims = list(graph.input_shapes["pixel_values"])
-        rank = len(dims) + int(bool(self.layout.get("padded_images")))
+        stacked = self.layout.get("padded_images") or (self.layout.get("tiles") and pixel_values.dim() == len(dims) + 1)
+        rank = len(dims) + int(bool(stacked))
         if rank != pixel_values.dim() or any(
                 isinstance(d, int) and d != size for d, size in zip(dims[1:], pixel_values.shape[rank - len(dims) + 1 :])):
             fixed = "x".join(str(d) if isinstance(d, int) else "any" for d in dims[1:])
@@ -356,6 +381,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         mm_token_type_ids: torch.LongTensor | None = None,
         image_sizes: torch.LongTensor | None = None,
         pixel_attention_mask: torch.LongTensor | None = None,
+        batch_num_images: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         batch, length = input_ids.shape
@@ -363,7 +389,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         if prefill:
             pixels = {k: kwargs.get(k) for k in self.layout.get("image_inputs", [])}
             inputs = self.prompt_inputs(input_ids, pixel_values, image_grid_thw=image_grid_thw,
-                                        image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask, **pixels)
+                                        image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask,
+                                        batch_num_images=batch_num_images, **pixels)
             past_key_values = self.empty_past(batch)
         else:  # decode steps: the image is in the past
             inputs = {"inputs_embeds": self.embed(input_ids)}
