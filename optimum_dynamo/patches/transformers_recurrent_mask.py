@@ -19,7 +19,7 @@ import torch
 
 from .registry import original, register_patch
 
-_V5 = {"transformers": ">=5.23"}  # measured on 5.23
+_V5 = {"transformers": ">=5.13"}  # where transformers has it (5.13); measured on 5.13, 5.22, 5.23
 _REASON = "single-token steps keep their padding-mask column (the prompt is stepped token by token)"
 
 
@@ -55,9 +55,12 @@ for _target in _V4_TARGETS:
 _PADDING_REASON = "padding states masked only for several tokens -> whenever a mask is given"
 
 
-@register_patch("transformers.models.mamba2.modeling_mamba2.apply_mask_to_padding_states", versions=_V4,
+_PADDING = {"transformers": ">=4.51,<5.15"}  # 5.16 masks whenever a mask is given (5.15 not measured: included)
+
+
+@register_patch("transformers.models.mamba2.modeling_mamba2.apply_mask_to_padding_states", versions=_PADDING,
                 reason=_PADDING_REASON)
-@register_patch("transformers.models.falcon_h1.modeling_falcon_h1.apply_mask_to_padding_states", versions=_V4,
+@register_patch("transformers.models.falcon_h1.modeling_falcon_h1.apply_mask_to_padding_states", versions=_PADDING,
                 reason=_PADDING_REASON)
 def mamba2_padding_states(hidden_states, attention_mask):
     if attention_mask is None:
