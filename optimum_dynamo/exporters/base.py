@@ -167,6 +167,8 @@ class Exporter:
         cached = ctx.task.with_past or ctx.task.base != "text-generation"
         if ctx.task.with_past and ctx.task.base == "text-generation":
             check_takes_cache(ctx.model, ctx.config.model_type, ctx.task.name)
+            if is_state_model(ctx.model) and (warning := supported.state_cache_warning(ctx.config.model_type)):
+                logger.warning(warning)
         with forward_adapter(ctx.model, ctx.options.model_kwargs), generation_cache(ctx.model, cached), \
                 InputObserver(ctx.model, "model") as obs:
             ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
