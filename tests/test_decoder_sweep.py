@@ -36,8 +36,10 @@ T5_ONLY = [
     "gemma4_text", "ministral3", "granite_swa", "granitemoe_swa", "cohere2_moe", "cwm", "nanochat", "internlm3",
     "jais2", "hyperclovax", "iquestcoder", "minicpm3",
 ]
-# One per family, in the default (fast) run: dense, GQA + qk-norm, MoE, sliding window, ALiBi, partial rotary.
-DEFAULT = {"olmo2", "qwen3", "granitemoe", "mistral", "bloom", "phi"}
+# One per family, in the default (fast) run: dense, GQA + qk-norm, MoE, sliding window, ALiBi, partial rotary,
+# sinusoidal positions added to the given position ids in place (xglm on transformers < 5.4: the validation's own
+# PyTorch run changed its input; on torch 2.15 the graph was then fed the changed ids)
+DEFAULT = {"olmo2", "qwen3", "granitemoe", "mistral", "bloom", "phi", "xglm"}
 
 # Architectures that stay out, each with the upstream bug that blocks it (at most 2 per environment).
 EXPORT_SKIPS: dict[str, dict[str, str]] = {"t4": {}, "t5": {}}

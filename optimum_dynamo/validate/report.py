@@ -119,9 +119,9 @@ def references(calls: Sequence[Call], args: ExportArguments, model, fill: dict[s
     for call in calls:
         flat = flat_inputs(call.kwargs, kwarg_names)
         feed = substitute_missing(flat, args, fill)
-        if len(feed) > len(flat):
+        if len(feed) > len(flat):  # on copies: a model may change its inputs in place (XGLM's position ids on 4.x)
             with torch.no_grad():
-                expected = flat_outputs(model(**rebuild_kwargs(feed, args)))
+                expected = flat_outputs(model(**rebuild_kwargs({k: v.clone() for k, v in feed.items()}, args)))
         else:
             expected = flat_outputs(call.outputs)
         found.append((feed, expected))
