@@ -539,6 +539,32 @@ def _within_shrunk_sizes(config) -> None:
         layers = vars(config).get(name)
         if isinstance(depth, int) and isinstance(layers, (list, tuple)) and any(not -depth - 1 <= i <= depth for i in layers):
             setattr(config, name, [min(max(i, -depth - 1), depth) for i in layers])  # as many: the projector's width
+    text, vision = config.get_text_config(), getattr(config, "vision_config", None)
+    if vision is not None and text is not config and isinstance(vars(vision).get("out_hidden_size"), int):
+        vision.out_hidden_size = text.hidden_size  # Qwen2.5-VL's merger writes rows of the text's width
+    for part in _configs(config):
+        _rope_sections_within_head(part)
+
+
+def _rope_sections_within_head(part) -> None:
+    """Multimodal rotary sections (`mrope_section`: frequencies per t, h, w row, which the config class declares) sum
+    to half the default head; scaled to half the shrunk head, in proportion, each at least 1. Where the config has
+    none, the modeling code's default (16, 24, 24) is scaled."""
+    hidden, heads = vars(part).get("hidden_size"), vars(part).get("num_attention_heads")
+    head = vars(part).get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int) else None)
+    declared = "mrope_section" in getattr(type(part), "ignore_keys_at_rope_validation", ())
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = vars(part).get(name)
+        if not isinstance(rope, dict) or not isinstance(head, int):
+            continue
+        sections = rope.get("mrope_section") or ([16, 24, 24] if declared else None)
+        if not sections or sum(sections) == head // 2:
+            continue
+        scaled = [max(1, s * (head // 2) // sum(sections)) for s in sections]
+        scaled[-1] += head // 2 - sum(scaled)
+        if scaled[-1] >= 1:
+            rope["mrope_section"] = scaled
+        break
 
 
 def _own_processor(model_type: str) -> str | None:
@@ -716,7 +742,11 @@ def _image_token_count(model, batch: dict, processor) -> dict:
         image_id = getattr(model.config, "image_token_id", None) or getattr(model.config, "image_token_index", None)
         extra = processor.num_additional_image_tokens - int((batch["input_ids"] == image_id).sum() - count) // images
         return {names[0]: extra} if extra >= 0 else {}
-    return {names[0]: count // images}
+    pixels = batch.get("pixel_values")
+    units = pixels.shape[0] if isinstance(pixels, torch.Tensor) and pixels.dim() == 4 else images
+    if count % units:
+        return {}
+    return {names[0]: count // units}  # per image, or per tile where the processor tiles them (InternVL)
 
 
 def step_build_vlm(model_type: str, directory: Path) -> dict:
