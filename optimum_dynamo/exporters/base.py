@@ -226,6 +226,12 @@ def check_takes_cache(model, model_type: str, task: str) -> None:
     params = inspect.signature(model.forward).parameters
     if cache_argument.parameter(params) is None and not {"past", "mems"} & set(params):
         raise _no_cache(model_type, task)
+    if getattr(model, "_supports_cache_class", True) is False:  # transformers < 4.54 (XGLM): legacy tuples only
+        import transformers
+
+        raise PipelineError(f"{model_type} on transformers {transformers.__version__} carries its key/value cache as "
+                            f"legacy tuples only (its generate refuses a Cache object), which --dynamo does not export "
+                            f"for --task {task}: a newer transformers gives it a cache class (tested: 4.55.4 and later)")
 
 
 def check_cache_returned(calls, model_type: str, task: str) -> None:
