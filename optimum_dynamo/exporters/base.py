@@ -226,7 +226,7 @@ def check_takes_cache(model, model_type: str, task: str) -> None:
     params = inspect.signature(model.forward).parameters
     if cache_argument.parameter(params) is None and not {"past", "mems"} & set(params):
         raise _no_cache(model_type, task)
-    if getattr(model, "_supports_cache_class", True) is False:  # transformers < 4.54 (XGLM): legacy tuples only
+    if getattr(model, "_supports_cache_class", True) is False and not is_state_model(model):  # XGLM on 4.53
         import transformers
 
         raise PipelineError(f"{model_type} on transformers {transformers.__version__} carries its key/value cache as "
