@@ -134,7 +134,7 @@ def drive_seq2seq_generation(model, tokenizer=None, processor=None, batches=None
     generation = model.generation_config
     options = greedy(pad=optional(model.config, "pad_token_id", 0) if generation.pad_token_id is None else None)
     for batch in batches:
-        model.generate(**batch, **options)
+        generated = cache_argument.of(model.generate(**batch, **options, return_dict_in_generate=True))
     batch = batches[-1]
     rows = next(iter(batch.values())).shape[0]
     start = generation.decoder_start_token_id
@@ -146,5 +146,11 @@ def drive_seq2seq_generation(model, tokenizer=None, processor=None, batches=None
     encoded = model.get_encoder()(**batch)
     masks = {k: v for k, v in batch.items() if k == "attention_mask"}
     scored = model(**masks, encoder_outputs=encoded, decoder_input_ids=tokens[:, :3], use_cache=True)
+    cache = cache_argument.of(scored)
+    if is_cache(generated) and type(cache) is not type(generated):
+        # a plain forward made another cache than generate's (transformers 4.55's VisionEncoderDecoder: no
+        # cross-attention part): the prefix cache comes from generate, the way the runtime will hold it
+        cache = cache_argument.of(model.generate(**batch, decoder_input_ids=tokens[:, :3], return_dict_in_generate=True,
+                                                 **dict(options, max_new_tokens=1, min_new_tokens=1)))
     model(**masks, encoder_outputs=encoded, decoder_input_ids=tokens[:, 3:],
-          **{cache_argument.name(): cache_argument.of(scored)}, use_cache=True)
+          **{cache_argument.name(): cache}, use_cache=True)

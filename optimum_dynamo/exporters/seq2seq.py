@@ -24,7 +24,7 @@ from legacy_bridge import cache_argument
 
 from ..capture import Call, InputObserver, observe
 from ..errors import PipelineError
-from ..flatten import flat_inputs
+from ..flatten import clone_cache, flat_inputs, is_cache
 from .base import ExportContext, forward_adapter, preprocessor
 from .component import Component
 from .onnx import OnnxExporter
@@ -39,13 +39,16 @@ TEXT_ENCODER = "text_encoder_model"  # the encoder on prompts without an image, 
 class DecoderWithHead(torch.nn.Module):
     """The decoder side as optimum's runtime runs it: decoder + LM head, from the encoder's hidden states."""
 
-    def __init__(self, model: torch.nn.Module, use_cache: bool, encoder_output: type = BaseModelOutput):
+    def __init__(self, model: torch.nn.Module, use_cache: bool, encoder_output: type = BaseModelOutput, empty=None):
         super().__init__()
         self.model, self.use_cache, self.encoder_output = model, use_cache, encoder_output
+        self.empty = empty  # the empty cache generate starts from, where the model's own would differ
         self._takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, past_key_values=None):
         extra = {"attention_mask": encoder_attention_mask} if self._takes_mask and encoder_attention_mask is not None else {}
+        if past_key_values is None and self.use_cache and self.empty is not None:
+            past_key_values = clone_cache(self.empty)
         out = self.model(
             decoder_input_ids=input_ids,
             encoder_outputs=self.encoder_output(last_hidden_state=encoder_hidden_states),
@@ -77,8 +80,18 @@ def decoder_call(call: Call, use_cache: bool) -> Call:
     return Call(inputs, outputs)
 
 
+def empty_cache(calls: list[Call]):
+    """The empty cache generate's first step got, if the model left alone makes a cache of another class
+    (transformers 4.55's VisionEncoderDecoder: a DynamicCache without the cross-attention part), else None."""
+    first = [c for c in calls if is_cache(cache_argument.of(c.kwargs)) and not _has_past(c.kwargs)]
+    alone = {type(cache_argument.of(c.outputs)) for c in calls if cache_argument.of(c.kwargs) is None}
+    empty = cache_argument.of(first[0].kwargs) if first else None
+    return empty if empty is not None and alone - {type(empty), type(None)} else None
+
+
 def components(model, encoder_calls: list[Call], model_calls: list[Call], with_past: bool) -> list[Component]:
     decoder_calls = [decoder_call(c, with_past) for c in model_calls if c.kwargs.get("decoder_input_ids") is not None]
+    empty = empty_cache(model_calls) if with_past else None
     encoder_inputs = tuple(p for p in inspect.signature(model.get_encoder().forward).parameters if p in ENCODER_INPUTS)
     # no empty cache here (the first step has its own graph): no need for size-oblivious tracing, which makes
     # T5's attention reshape fail to decompose on transformers 5
@@ -99,7 +112,7 @@ def components(model, encoder_calls: list[Call], model_calls: list[Call], with_p
                   encoder_inputs,
                   labels={"sequence_length": "encoder_sequence_length"}, keep="last_hidden_state",
                   drop_unused=("attention_mask",), **common),  # Whisper's generate passes one its encoder never reads
-        Component("decoder_model", observed("decoder_model", DecoderWithHead(model, with_past, output_class),
+        Component("decoder_model", observed("decoder_model", DecoderWithHead(model, with_past, output_class, empty),
                                             [c for c in decoder_calls if "past_key_values" not in c.kwargs]),
                   DECODER_INPUTS, labels=decoder_labels, drop_unused=("encoder_attention_mask",), **common),
     ]
