@@ -7,7 +7,7 @@ ZOO_ARGS ?=
 # (see its README.md); empty in a clone without one, whose T4main/T5main targets then skip with one line.
 OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
 
-.PHONY: lane-t4 lane-t5 zoo env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
+.PHONY: bench-big lane-t4 lane-t5 zoo env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -152,6 +152,12 @@ anchor: env-t4 env-genai
 	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/run.py --models llama56m --work $(BENCH_WORK) --checkpoints-only
 	for p in fp32 int4; do HF_HUB_OFFLINE=1 .venv-genai/bin/python -m onnxruntime_genai.models.builder \
 	  -i $(BENCH_WORK)/checkpoints/llama56m -o $(BENCH_WORK)/genai-$$p -p $$p -e cpu; done
+
+# On demand, not in CI, as root (it makes a cgroup-v1 memory group): an 8B-shaped bf16 checkpoint written shard by
+# shard to $(BIG_WORK) (15 GB; kept for the next run), then exports inside a memory cap (benchmarks/big.py --help).
+BIG_WORK ?= /tmp/optimum-dynamo-big
+bench-big: env-t4 env-genai
+	HF_HUB_OFFLINE=1 .venv-t4/bin/python benchmarks/big.py --work $(BIG_WORK) --anchor .venv-genai/bin/python $(BIG_ARGS)
 
 # On demand, not in CI (hours on 2 cores): every model type of transformers' own causal-LM, seq2seq, speech and
 # image-text-to-text mappings, both environments side by side, then the table in docs/status.md (tests/zoo.py --help).

@@ -86,6 +86,31 @@ def _missing_weights(p):
     (p / "model.safetensors").unlink()
 
 
+def _sharded(p: Path) -> list[Path]:
+    """Re-save the checkpoint as two shards and an index, as big checkpoints come; return the shards."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(p / "model.safetensors")
+    keys = sorted(tensors)
+    shards = [p / f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    for shard, part in zip(shards, (keys[: len(keys) // 2], keys[len(keys) // 2:])):
+        save_file({k: tensors[k] for k in part}, shard, metadata={"format": "pt"})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+             "weight_map": {k: shards[i >= len(keys) // 2].name for i, k in enumerate(keys)}}
+    (p / "model.safetensors.index.json").write_text(json.dumps(index))
+    (p / "model.safetensors").unlink()
+    return shards
+
+
+def _missing_shard(p):
+    _sharded(p)[1].unlink()
+
+
+def _truncated_shard(p):
+    shard = _sharded(p)[0]
+    os.truncate(shard, shard.stat().st_size // 2)
+
+
 def _shape_mismatch(p):
     _edit_config(p, intermediate_size=json.loads((p / "config.json").read_text())["intermediate_size"] * 2)
 
@@ -97,6 +122,8 @@ def _shape_mismatch(p):
     (_truncated_weights, "cannot load weights"),
     (_missing_weights, "cannot load weights"),
     (_shape_mismatch, "cannot load weights"),
+    (_missing_shard, "cannot load weights"),
+    (_truncated_shard, "cannot load weights"),
 ], ids=lambda x: getattr(x, "__name__", "")[1:] if callable(x) else None)
 def test_bad_checkpoint(llama, tmp_path, damage, message):
     damage(llama)
@@ -234,6 +261,58 @@ def test_file_size_limit_while_saving(checkpoints, tmp_path):
     assert "file-size limit is 65536 bytes" in run.stderr or "File too large" in run.stderr
     assert re.search(r"\[\d+/\d+\] save", run.stderr)
     assert tree_hash(checkpoints("llama")) == before
+
+
+def _sparse_big_checkpoint(path: Path) -> Path:
+    """A tiny llama whose embedding (tied to the head) is 64 GB: a sparse safetensors file, 64 GB to the
+    kernel, a few KB on disk (zeros)."""
+    import struct
+
+    from safetensors import safe_open
+    from tiny import save_tiny_decoder
+
+    checkpoint = save_tiny_decoder("llama", path, tie_word_embeddings=True)
+    weights = checkpoint / "model.safetensors"
+    with safe_open(str(weights), "np") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys() if "embed_tokens" not in k}
+        embed = next(k for k in f.keys() if "embed_tokens" in k)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["vocab_size"] = 2**36 // (4 * config["hidden_size"])
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for key, array in tensors.items():
+        header[key] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    header[embed] = {"dtype": "F32", "shape": [config["vocab_size"], config["hidden_size"]],
+                     "data_offsets": [offset, offset + 2**36]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(weights, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for array in tensors.values():
+            f.write(array.astype("<f4").tobytes())
+        f.truncate(8 + len(text) + offset + 2**36)
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    return checkpoint
+
+
+def test_out_of_memory_names_the_stage_and_does_not_fall_back(tmp_path):
+    """A checkpoint bigger than the process may map (address space capped at 16 GB; the weights are 64 GB):
+    one line naming the stage that ran out, not "cannot load weights" (the checkpoint is fine), and no
+    torchscript fallback (it needs more memory, not less)."""
+    checkpoint = _sparse_big_checkpoint(tmp_path / "big")
+    files = lambda: {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in checkpoint.iterdir()}  # 64 GB: not read
+    before, out = files(), tmp_path / "out"
+    exe = Path(sys.executable).parent / "optimum-cli"
+    cap = 16 * 2**30
+    run = subprocess.run([str(exe), "export", "onnx", "--dynamo", "--model", str(checkpoint), str(out)],
+                         capture_output=True, text=True, timeout=900,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    assert_refused(run, out, "out of memory in stage [1/")
+    line = error_lines(run.stderr)[0]
+    assert re.fullmatch(re.escape(PROGRAM) + r"out of memory in stage \[1/\d+\] load model \(.+\): the export needs "
+                        r"more memory than this process may use \(docs: Big models\)", line), line
+    assert "falling back" not in run.stderr
+    assert files() == before
 
 
 # ── interrupts ──

@@ -25,12 +25,12 @@ import torch
 
 from legacy_bridge import cache_argument
 
-from .. import flatten, patches, quiet, supported
+from .. import flatten, patches, quiet, streaming, supported
 from ..flatten import flat_outputs
 from ..flatten.naming import OUTPUT_PREFIX
 from ..capture import CaptureError, InputObserver, infer_arguments
 from ..capture.stepping import is_state_model
-from ..errors import ExportError, PipelineError, describe
+from ..errors import ExportError, PipelineError, describe, out_of_memory
 from ..flags import DTYPES
 from ..options import ExportOptions
 from ..positions import default_positions
@@ -42,7 +42,8 @@ from .component import Component
 
 logger = logging.getLogger(__name__)
 # Patches and pytree registrations are process-wide: exports in one process run one at a time.
-_ONE_AT_A_TIME = threading.RLock()  # re-entrant: an exporter may run another inside its stages
+_ONE_AT_A_TIME = threading.RLock()
+OFFLOAD = ".offload"  # in staging: what a streamed load cannot read in place (removed by the manifest stage)  # re-entrant: an exporter may run another inside its stages
 
 
 def stage(label: str, when=None):
@@ -70,6 +71,7 @@ class ExportContext:
     staging: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    streamed: bool = False  # the weights stay in the checkpoint (`streaming`)
 
     @property
     def discrepancies(self) -> list[Any]:
@@ -133,7 +135,13 @@ class Exporter:
         for i, (label, name) in enumerate(stages, 1):
             start = time.perf_counter()
             logger.info("[%d/%d] %s", i, len(stages), label)
-            getattr(self, name)(ctx)
+            try:
+                getattr(self, name)(ctx)
+            except Exception as e:
+                if isinstance(e, ExportError) or not out_of_memory(e):
+                    raise
+                raise ExportError(f"out of memory in stage [{i}/{len(stages)}] {label} ({describe(e)}): the export "
+                                  "needs more memory than this process may use (docs: Big models)") from e
             ctx.timings[label] = round(time.perf_counter() - start, 3)
 
     def graph_label(self, ctx: ExportContext, part: Component) -> str:
@@ -148,13 +156,19 @@ class Exporter:
         if target.model is not None:  # an in-memory model (onnx_export_from_model): captured as it is
             ctx.model = target.model.eval()
             return
-        auto_class = _tasks_auto_class(ctx.task.base)
-        try:
-            ctx.model = _load_model(auto_class, ctx.model_id, ctx.config, ctx.options.loading)
-        except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
-            raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
-        if ctx.options.dtype != "fp32":  # --dtype: captured, exported and validated in that dtype
-            ctx.model.to(getattr(torch, DTYPES[ctx.options.dtype]))
+        dtype = getattr(torch, DTYPES[ctx.options.dtype])
+        if self.backend == "onnx" and streaming.wanted(ctx.model_id, dtype):
+            ctx.streamed = True
+            ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
+            streaming.alias_tied(ctx.model)
+            logger.info("    weights streamed from the checkpoint: %d tensors on the meta device, each read when its "
+                        "module runs and when it is saved", len(streaming.sources(ctx.model)))
+            if dtype != torch.float32:
+                streaming.cast_buffers(ctx.model, dtype)
+        else:
+            ctx.model = load_weights(ctx)
+            if ctx.options.dtype != "fp32":  # --dtype: captured, exported and validated in that dtype
+                ctx.model.to(dtype)
         ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
 
     # ── Stage: capture ──
@@ -208,7 +222,8 @@ class Exporter:
         for part in ctx.components:
             args = part.arguments
             _plain_buffers(part.module)
-            with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module):
+            with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module), \
+                    streaming.hooks_off(ctx.model):
                 with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
                         quiet.printed_graphs():
                     part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
@@ -253,12 +268,25 @@ def check_cache_returned(calls, model_type: str, task: str) -> None:
     raise _no_cache(model_type, task)
 
 
+def load_weights(ctx: ExportContext, loading: dict | None = None):
+    """The task's model of the checkpoint (`loading`: more `from_pretrained` keywords). Missing, truncated or
+    mis-shaped weights are the checkpoint's problem: one line; running out of memory is not (the stage runner
+    names the stage)."""
+    try:
+        return _load_model(_tasks_auto_class(ctx.task.base), ctx.model_id, ctx.config,
+                           {**ctx.options.loading, **(loading or {})})
+    except Exception as e:
+        if out_of_memory(e):
+            raise
+        raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
+
+
 def release_weights(ctx: ExportContext) -> None:
     """Free the weights of a model the export loaded itself once PyTorch is not run again (the validation
     session loads its own copy: at most one extra copy alive). A model the caller passed is left alone.
     The tensors are emptied in place, not replaced: other holders of the same tensor objects (the ONNX
     translation's initializers) must not keep the memory, nor the checkpoint's mapped file, alive."""
-    if ctx.target is None or ctx.target.model is not None or not isinstance(ctx.model, torch.nn.Module):
+    if ctx.target is None or ctx.target.model is not None or not isinstance(ctx.model, torch.nn.Module) or ctx.streamed:
         return
     for tensor in (*ctx.model.parameters(), *ctx.model.buffers()):
         tensor.data = torch.empty(0, dtype=tensor.dtype)
@@ -302,6 +330,9 @@ def _load_model(auto_class, model_id: str, config, kwargs: dict):
 
 def _load_with(model_class, model_id: str, config, kwargs: dict):
     from transformers import PreTrainedModel
+
+    if kwargs.get("device_map") == streaming.DISK:
+        kwargs = dict(kwargs, device_map=streaming.device_map(model_class, config))
 
     if hasattr(PreTrainedModel, "_check_and_adjust_experts_implementation"):
         try:

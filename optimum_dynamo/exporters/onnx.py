@@ -19,10 +19,12 @@ from ..errors import ExportError, PipelineError
 from ..flatten import flat_outputs
 from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
+from ..flags import DTYPES
+from ..streaming import attach
 from ..options import ExportOptions
 from ..validate import compare, gate, quantized, references, table
 from ..validate.generate import check_generate
-from .base import ExportContext, Exporter, release_weights, stage
+from .base import OFFLOAD, ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import FUSED_LEVELS, contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
 from .onnx_passes.quantize import QuantizeWeights, Scheme
@@ -98,6 +100,8 @@ class OnnxExporter(Exporter):
         for part in ctx.components:
             part.onnx_program = translate_program(part.program, ctx.options)
             part.program = None  # memory: the ONNX model is what is kept
+            if ctx.streamed:
+                attach(part.onnx_program.model, ctx.model, getattr(torch, DTYPES[ctx.options.dtype]))
 
     @stage("name inputs and outputs")
     def name_io(self, ctx: ExportContext) -> None:
@@ -135,7 +139,7 @@ class OnnxExporter(Exporter):
                 raise ExportError(f"--quantize: the graph has no {quantized.LOGITS!r} output to validate the quantized "
                                   "weights by (decoder and classification tasks); drop --quantize")
             model = part.onnx_program.model
-            if ctx.options.validate:  # the fp32 graph, to validate before and compare with after
+            if ctx.options.validate and not ctx.streamed:  # the fp32 graph, to validate before and compare with after
                 save_graph(model, ctx.staging / FP32_DIR, tuple(onnx_files(part)), ctx.options.replace(slim=False))
             part.quantization = quantize_weights(model, ctx.options)
             logger.info("    %d weights in %d bits, kept: %s", part.quantization["quantized"],
@@ -166,7 +170,10 @@ class OnnxExporter(Exporter):
         for part, found in zip(ctx.components, cases):
             path, label = ctx.staging / onnx_files(part)[0], self.graph_label(ctx, part)
             session = GraphInputs if part.drop_unused else None
-            if part.quantization:  # the fp32 graph is validated as usual, the quantized one against it
+            if part.quantization and ctx.streamed:  # no fp32 graph was written: judged against PyTorch
+                part.quantization["validation"] = validate_quantized(path, None, found, part.arguments,
+                                                                     part.quantization["bits"], label)
+            elif part.quantization:  # the fp32 graph is validated as usual, the quantized one against it
                 fp32 = open_session(ctx.staging / FP32_DIR / onnx_files(part)[0])
                 part.discrepancies = validate_graph(fp32, found, part.arguments, part.output_names, ctx.options,
                                                     label, session)
@@ -185,6 +192,7 @@ class OnnxExporter(Exporter):
 
     @stage("write manifest")
     def manifest(self, ctx: ExportContext) -> None:
+        shutil.rmtree(ctx.staging / OFFLOAD, ignore_errors=True)
         records = {part.name: component_record(part, onnx_files(part), static_axes(ctx.model, part))
                    for part in ctx.components}
         write_manifest(
@@ -193,6 +201,7 @@ class OnnxExporter(Exporter):
             backend=self.backend,
             runtime=runtime_of(ctx.task),
             optimize_level=ctx.options.optimize_level,
+            **({"weights": "streamed from the checkpoint"} if ctx.streamed else {}),
             **({"programs": ctx.manifest.get("pt2", {})} if len(records) == 1 else {}),
         )
 
@@ -326,11 +335,12 @@ def quantize_weights(model: ir.Model, options: ExportOptions) -> dict:
 
 def validate_quantized(path: Path, reference, cases, arguments, bits: int, graph: str = "") -> list[dict]:
     """The quantized graph's logits against its fp32 graph's (`reference`, gated: `validate.quantized`) and
-    PyTorch's."""
+    PyTorch's (gated where there is no fp32 graph)."""
     got = quantized.logits_of(open_session(path), cases, arguments.input_names)
     torch_logits = [expected[quantized.LOGITS].float().numpy() for _, expected in cases]
-    rows = [quantized.agreement("fp32 graph", got, reference, cases),
-            quantized.agreement("PyTorch", got, torch_logits, cases)]
+    rows = [quantized.agreement("PyTorch", got, torch_logits, cases)]
+    if reference is not None:  # None: weights streamed, the fp32 graph never written
+        rows.insert(0, quantized.agreement("fp32 graph", got, reference, cases))
     logger.info("    %s%d-bit graph on %d calls:\n%s", f"{graph}: " if graph else "", bits, len(cases),
                 quantized.table(rows))
     quantized.gate(rows, bits, graph)

@@ -39,9 +39,9 @@ from legacy_bridge import cache_argument
 
 from ..capture import Call, InputObserver, observe
 from ..capture.drivers import Generation, greedy
-from ..errors import ExportError, describe
+from ..errors import ExportError
 from ..options import ExportOptions
-from .base import ExportContext, _load_model, _tasks_auto_class
+from .base import ExportContext, load_weights
 from .component import Component
 from .image_features import default_image, image_components, image_sizes, other_image
 from .observed import ObservedOnnxExporter
@@ -425,10 +425,7 @@ class VlmOnnxExporter(ObservedOnnxExporter):
         if target.model is not None:
             ctx.model = target.model.eval()
             return
-        try:
-            ctx.model = _load_model(_tasks_auto_class(ctx.task.base), ctx.model_id, ctx.config, ctx.options.loading)
-        except Exception as e:  # missing, truncated or mis-shaped weights: the checkpoint's problem, one line
-            raise ExportError(f"cannot load weights of {ctx.model_id}: {describe(e, lines=2)}") from e
+        ctx.model = load_weights(ctx)
 
     def components(self, ctx: ExportContext) -> list[Component]:
         observe_model = observe_steps if uses_steps(ctx.model) else observe_vlm  # GIT: the stepped forward

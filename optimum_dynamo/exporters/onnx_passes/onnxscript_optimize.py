@@ -14,6 +14,8 @@ from __future__ import annotations
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from .lazy_weights import InitializersInUseOrder, LazyTransposes, reads_lazy
+
 
 # onnxscript 0.7.2's default rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0`; a name another
 # onnxscript version lacks is skipped, not an error
@@ -53,7 +55,9 @@ class FoldConstants(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnxscript import optimizer
 
-        return ir.passes.PassResult(model, optimizer.fold_constants_ir(model, onnx_shape_inference=True).modified)
+        folded = optimizer.fold_constants_ir(model, onnx_shape_inference=True,
+                                             should_fold=lambda node: False if reads_lazy(node) else None)
+        return ir.passes.PassResult(model, folded.modified)
 
 
 class OnnxscriptOptimize(ir.passes.InPlacePass):
@@ -64,6 +68,7 @@ class OnnxscriptOptimize(ir.passes.InPlacePass):
                    common_passes.RemoveUnusedOpsetsPass()]
         return ir.passes.Sequential(
             common_passes.InlinePass(),
+            LazyTransposes(),  # weights streamed from the checkpoint stay unread (`lazy_weights`)
             ir.passes.PassManager([FoldConstants(), rewriter.RewritePass(rewrite_rules()), *cleanup], steps=2,
                                   early_stop=True),
             common_passes.RemoveUnusedNodesPass(),
@@ -73,4 +78,5 @@ class OnnxscriptOptimize(ir.passes.InPlacePass):
             common_passes.CommonSubexpressionEliminationPass(),
             common_passes.OutputFixPass(),
             common_passes.NameFixPass(),
+            InitializersInUseOrder(),
         )(model)

@@ -13,8 +13,9 @@ import onnx_ir as ir
 logger = logging.getLogger(__name__)
 
 
-def packable_weight(node: ir.Node) -> np.ndarray | None:
-    """The constant 2D weight of a standard MatMul, read by this node only; else None."""
+def packable_weight(node: ir.Node) -> ir.TensorProtocol | None:
+    """The constant 2D weight of a standard MatMul, read by this node only (not read: it may be a weight
+    streamed from the checkpoint); else None."""
     if node.op_type != "MatMul" or node.domain != "" or len(node.inputs) != 2:
         return None
     weight = node.inputs[1]
@@ -22,14 +23,14 @@ def packable_weight(node: ir.Node) -> np.ndarray | None:
         return None
     if len(weight.uses()) != 1 or weight.shape is None or len(weight.shape) != 2:
         return None
-    return weight.const_value.numpy()
+    return weight.const_value
 
 
 def pack_matmuls(model: ir.Model) -> int:
     """Pack in place; return the number of MatMuls removed."""
     graph = model.graph
     order = {node: i for i, node in enumerate(graph)}
-    groups: dict[ir.Value, list[tuple[ir.Node, np.ndarray]]] = collections.defaultdict(list)
+    groups: dict[ir.Value, list[tuple[ir.Node, ir.TensorProtocol]]] = collections.defaultdict(list)
     for node in graph:
         weight = packable_weight(node)
         if weight is not None and node.inputs[0] is not None:
@@ -62,12 +63,12 @@ def pack_matmuls(model: ir.Model) -> int:
     return removed
 
 
-def _concatenated(arrays: list[np.ndarray]) -> ir.LazyTensor:
-    """The arrays side by side (axis 1), made when read (saved, quantized): packing copies no weight while the
-    originals (views of the model's weights) are alive."""
-    shape = ir.Shape([arrays[0].shape[0], sum(a.shape[1] for a in arrays)])
-    return ir.LazyTensor(lambda: ir.tensor(np.concatenate(arrays, axis=1)),
-                         dtype=ir.DataType.from_numpy(arrays[0].dtype), shape=shape)
+def _concatenated(tensors: list[ir.TensorProtocol]) -> ir.LazyTensor:
+    """The weights side by side (axis 1), made when read (saved, quantized): packing copies no weight while the
+    originals (views of the model's weights, or weights still in the checkpoint) are alive."""
+    shape = ir.Shape([tensors[0].shape[0], sum(t.shape[1] for t in tensors)])
+    return ir.LazyTensor(lambda: ir.tensor(np.concatenate([t.numpy() for t in tensors], axis=1)),
+                         dtype=tensors[0].dtype, shape=shape)
 
 
 class PackMatmuls(ir.passes.InPlacePass):

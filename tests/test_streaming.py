@@ -1,0 +1,99 @@
+"""Weights streamed from the checkpoint (`optimum_dynamo.streaming`, docs/big-models.md): the real optimum-cli with
+OPTIMUM_DYNAMO_STREAM_WEIGHTS=1 writes the same bytes as with the weights in memory, and a checkpoint in the shape
+big ones come (bf16, sharded) exports and generates PyTorch's tokens. Memory itself is measured by
+`benchmarks/big.py`, not here."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from optimum_dynamo import streaming
+
+TASK = "text-generation-with-past"
+STREAMED = "weights streamed from the checkpoint"
+
+
+def _cli(*args, stream: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "optimum-cli"
+    env = dict(os.environ, **{streaming.ENV: stream})
+    return subprocess.run([str(exe), "export", "onnx", "--dynamo", *map(str, args)], capture_output=True, text=True,
+                          timeout=900, env=env)
+
+
+def _streamed(checkpoint: Path, out: Path, *flags) -> Path:
+    run = _cli("--model", checkpoint, "--task", TASK, *flags, out, stream="1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert STREAMED in run.stderr
+    assert json.loads((out / "optimum_dynamo.json").read_text())["weights"] == "streamed from the checkpoint"
+    assert not (out / ".offload").exists()
+    return out
+
+
+@pytest.mark.parametrize("flags", [
+    (),
+    ("--optimize", "O3", "--quantize", "int4"),
+    pytest.param(("--dtype", "fp16"), marks=pytest.mark.slow),
+], ids=["fp32", "O3-int4", "fp16"])
+def test_streamed_export_writes_the_same_bytes(checkpoints, tmp_path, flags):
+    checkpoint = checkpoints("llama")
+    streamed = _streamed(checkpoint, tmp_path / "streamed", *flags)
+    run = _cli("--model", checkpoint, "--task", TASK, *flags, tmp_path / "in_memory", stream="0")
+    assert run.returncode == 0 and STREAMED not in run.stderr, run.stderr[-3000:]
+    for name in ("model.onnx", "model.onnx_data"):
+        assert (streamed / name).read_bytes() == (tmp_path / "in_memory" / name).read_bytes(), name
+
+
+def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_path):
+    """bf16, three shards and an index, the head tied to the embedding, as 7B-70B checkpoints come: exported in
+    fp32 with its weights streamed, ORTModelForCausalLM gives the greedy tokens of PyTorch's model loaded in fp32
+    (a left-padded batch of two)."""
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from tiny import save_tiny_decoder, tiny_tokenizer
+
+    small = save_tiny_decoder("llama", tmp_path / "small", tie_word_embeddings=True)
+    checkpoint = tmp_path / "bf16"
+    AutoModelForCausalLM.from_pretrained(small).to(torch.bfloat16).save_pretrained(checkpoint, max_shard_size="10KB")
+    tokenizer = tiny_tokenizer(128)
+    tokenizer.save_pretrained(checkpoint)
+    assert len(list(checkpoint.glob("model-*.safetensors"))) >= 3 and (checkpoint / "model.safetensors.index.json").exists()
+    out = _streamed(checkpoint, tmp_path / "out")
+    batch = tokenizer(["the cat sat on the mat", "a dog"], return_tensors="pt", padding=True, return_token_type_ids=False)
+    options = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    expected = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval().generate(**batch, **options)
+    got = ORTModelForCausalLM.from_pretrained(out).generate(**batch, **options)
+    assert got.tolist() == expected.tolist()
+
+
+def test_an_invalid_switch_is_refused_in_one_line(checkpoints, tmp_path):
+    run = _cli("--model", checkpoints("llama"), tmp_path / "out", stream="maybe")
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert run.returncode == 1 and errors == [
+        f"optimum-cli export onnx --dynamo: error: invalid {streaming.ENV}='maybe': expected 1 or 0"], run.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_small_checkpoints_are_not_streamed_by_default(checkpoints, monkeypatch):
+    """The automatic choice reads the checkpoint's safetensors headers (nothing loaded): a tiny model is far
+    below half of any machine's memory."""
+    from safetensors.torch import load_file
+
+    monkeypatch.delenv(streaming.ENV, raising=False)
+    checkpoint = checkpoints("llama")
+    assert streaming.checkpoint_parameters(str(checkpoint)) == {
+        "F32": sum(t.numel() for t in load_file(checkpoint / "model.safetensors").values())}
+    assert streaming.available_memory() > 0
+    assert not streaming.wanted(str(checkpoint), torch.float32)
+
+
+def test_cli_export_in_memory_still_needs_no_switch(dynamo_exports):
+    """The default path is unchanged: no streaming line, no `weights` field."""
+    manifest = json.loads((dynamo_exports("llama") / "optimum_dynamo.json").read_text())
+    assert "weights" not in manifest
+
