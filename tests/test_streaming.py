@@ -79,6 +79,16 @@ def test_an_invalid_switch_is_refused_in_one_line(checkpoints, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_pt2_is_refused_when_the_weights_are_streamed(checkpoints, tmp_path):
+    """A .pt2 program carries the weights from memory: with them left in the checkpoint it would hold garbage."""
+    run = _cli("--model", checkpoints("llama"), "--pt2", tmp_path / "out", stream="1")
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert run.returncode == 1 and errors == [
+        "optimum-cli export onnx --dynamo: error: --pt2/--aoti write the weights from memory: this model's are "
+        f"streamed from the checkpoint (docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0"], run.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
 def test_small_checkpoints_are_not_streamed_by_default(checkpoints, monkeypatch):
     """The automatic choice reads the checkpoint's safetensors headers (nothing loaded): a tiny model is far
     below half of any machine's memory."""

@@ -158,6 +158,9 @@ class Exporter:
             return
         dtype = getattr(torch, DTYPES[ctx.options.dtype])
         if self.backend == "onnx" and streaming.wanted(ctx.model_id, dtype):
+            if ctx.options.pt2 or ctx.options.aoti:  # a program of the weights in memory
+                raise ExportError("--pt2/--aoti write the weights from memory: this model's are streamed from the "
+                                  f"checkpoint (docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0")
             ctx.streamed = True
             ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
             streaming.alias_tied(ctx.model)

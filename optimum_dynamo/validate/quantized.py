@@ -12,8 +12,10 @@ passed the usual validation against PyTorch first) and against PyTorch (reported
 below `MIN_TOP1` or above `MAX_REL_RMS` the graph is wrong, not merely rounded. A wrong weight layout measured
 top-1 0.0 and relative RMS 1.4 (chance, and uncorrelated logits). Random-weight models, whose nearly flat logits
 are the hardest case, measured with 4 bits top-1 0.3-0.9 and relative RMS 0.10-0.34 (tiny models; a 56M llama,
-short captured prompts to 256-token ones), with 8 bits top-1 0.89-1.0 and relative RMS <= 0.026. The bounds
-sit between that noise (which grows with depth on random weights) and a wrong graph.
+short captured prompts to 256-token ones), with 8 bits top-1 0.89-1.0 and relative RMS <= 0.026. That noise grows
+with depth and width on random weights: against PyTorch, a 1.2B llama (16 layers, hidden 2048) measured 4 bits top-1
+0.27 and relative RMS 0.48 (8 bits: 0.92, 0.048), an 8B one (Llama-3.1-8B's shapes) 0.15 and 0.80. The bounds sit
+between that noise and a wrong graph (relative RMS 1.4 uncorrelated, 1.0 for constant logits; top-1 near 1/vocab).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .gate import GrossMismatch
 
 LOGITS = "logits"
 MIN_TOP1 = {4: 0.1, 8: 0.5}
-MAX_REL_RMS = {4: 0.7, 8: 0.2}
+MAX_REL_RMS = {4: 0.9, 8: 0.2}
 
 
 @dataclass
