@@ -127,6 +127,9 @@ def _move_into(staging: Path, output: Path) -> None:
         os.close(fd)
 
 
+_NEARLY_FULL = 16 * 2**20
+
+
 def _write_failure(error: BaseException, directory: Path) -> str | None:
     """Why the disk refused a write, or None for any other error. Some writers (numpy's `tofile`, used
     when saving weights) drop the errno: then a file-size limit or a full disk is named beside their message."""
@@ -139,7 +142,7 @@ def _write_failure(error: BaseException, directory: Path) -> str | None:
         if limit != resource.RLIM_INFINITY:
             return f"{error} (the process's file-size limit is {limit} bytes)"
         disk = os.statvfs(directory)
-        if disk.f_bavail == 0:
+        if disk.f_bavail * disk.f_frsize < _NEARLY_FULL:  # a short write leaves less than its own size
             return f"{error} ({os.strerror(errno.ENOSPC)})"
     return None
 
@@ -173,11 +176,11 @@ def staged(output: Path) -> Iterator[Path]:
                 output.mkdir(exist_ok=True)
                 _move_into(staging, output)
             except BaseException as e:
+                reason = _write_failure(e, output.parent)  # before the cleanup frees the disk
                 shutil.rmtree(staging, ignore_errors=True)
                 if output in created and output.exists():
                     shutil.rmtree(output)
                 _remove_made(created[1:])
-                reason = _write_failure(e, output.parent)
                 if reason:
                     raise ExportError(f"cannot write the export to {output.parent}: {reason}") from None
                 raise

@@ -315,6 +315,31 @@ def test_out_of_memory_names_the_stage_and_does_not_fall_back(tmp_path):
     assert files() == before
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 400 KB tmpfs: a tiny llama's graph (~340 KB) fits, not its weights beside it (root can mount one here and in
+    CI; elsewhere the test is skipped)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_disk_full_while_saving(checkpoints, small_disk):
+    """The export does not fit the disk: one line naming the full disk, nothing left on it. (Where the writer
+    drops the errno, numpy's `tofile` on big weights, the free space is measured before the cleanup frees it:
+    an 8B export filling this machine's disk said `OSError: 1835008 requested and 520192 written` before.)"""
+    out = small_disk / "out"
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), out)
+    assert_refused(run, out, f"cannot write the export to {small_disk}: ")
+    assert os.strerror(28) in error_lines(run.stderr)[0]  # ENOSPC
+    assert list(small_disk.iterdir()) == []
+
+
 # ── interrupts ──
 def _interrupt(model: Path, out: Path, at_line: str, signum: int):
     exe = Path(sys.executable).parent / "optimum-cli"
