@@ -130,6 +130,30 @@ def capped(cmd: list[str], cap_bytes: int, log: Path) -> dict:
                 last_stage=stages[-1] if stages else "—")
 
 
+def check(out: Path, checkpoint: Path) -> dict:
+    """The exported graph in ORTModelForCausalLM against PyTorch's model in the checkpoint's dtype (bf16, memory-mapped):
+    greedy tokens of a left-padded batch of two, and next-token top-1 agreement over the prompts' real positions."""
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer(["the cat sat on the mat and looked at the dog", "a dog"], return_tensors="pt", padding=True,
+                      return_token_type_ids=False)
+    options = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    onnx_model = ORTModelForCausalLM.from_pretrained(out)
+    got = onnx_model.generate(**batch, **options)
+    onnx_logits = onnx_model(**batch).logits
+    del onnx_model
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        expected = model.generate(**batch, **options)
+        logits = model(**batch).logits
+    keep = batch["attention_mask"].bool()
+    top1 = (onnx_logits.argmax(-1)[keep] == logits.argmax(-1)[keep]).float().mean().item()
+    return dict(same_tokens=got.tolist() == expected.tolist(), top1=round(top1, 3))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="llama8b", choices=sorted(SHAPES))
@@ -139,7 +163,11 @@ def main() -> None:
     parser.add_argument("--anchor", default=None, metavar="PYTHON",
                         help="a Python with onnxruntime-genai (make anchor's .venv-genai): its builder, -p int4 -e cpu")
     parser.add_argument("--keep", action="store_true", help="keep the exported graphs")
+    parser.add_argument("--check", nargs=2, metavar=("OUT", "CHECKPOINT"), help=argparse.SUPPRESS)  # the capped child
     args = parser.parse_args()
+    if args.check:
+        print("CHECK " + json.dumps(check(Path(args.check[0]), Path(args.check[1]))))
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.work)
     start = time.perf_counter()
@@ -153,8 +181,8 @@ def main() -> None:
     if args.anchor:
         runs["onnxruntime-genai builder int4"] = [args.anchor, "-m", "onnxruntime_genai.models.builder", "-i",
                                                   str(checkpoint), "-p", "int4", "-e", "cpu"]
-    print("| export | result | wall s | peak GB (cgroup) | last stage started |")
-    print("|---|---|---|---|---|")
+    print("| export | result | wall s | peak GB (cgroup) | last stage started | ORTModelForCausalLM vs PyTorch bf16 (same cap) |")
+    print("|---|---|---|---|---|---|")
     for label, cmd in runs.items():
         out = work / "out" / label.replace(" ", "_")
         subprocess.run(["rm", "-rf", str(out)], check=True)
@@ -162,7 +190,15 @@ def main() -> None:
         cmd = [*cmd, "-o", str(out)] if "builder" in cmd else [*cmd, str(out)]
         row = capped(cmd, int(args.cap_gb * 2**30), out.parent / f"{out.name}.log")
         result = "killed (memory)" if row["killed"] else ("ok" if row["status"] == 0 else f"exit {row['status']}")
-        print(f"| {label} | {result} | {row['wall_s']:.0f} | {row['peak_gb']:.1f} | {row['last_stage']} |", flush=True)
+        compared = "—"
+        if row["status"] == 0 and "builder" not in cmd:
+            log = out.parent / f"{out.name}.check.log"
+            done = capped([sys.executable, __file__, "--check", str(out), str(checkpoint)], int(args.cap_gb * 2**30), log)
+            found = [json.loads(line[6:]) for line in log.read_text().splitlines() if line.startswith("CHECK ")]
+            compared = (f"greedy tokens equal: {found[0]['same_tokens']}, top-1 {found[0]['top1']} ({done['wall_s']:.0f} s)"
+                        if found else f"failed ({'killed (memory)' if done['killed'] else 'see ' + log.name})")
+        print(f"| {label} | {result} | {row['wall_s']:.0f} | {row['peak_gb']:.1f} | {row['last_stage']} | {compared} |",
+              flush=True)
         if not args.keep:
             subprocess.run(["rm", "-rf", str(out)], check=True)
 
