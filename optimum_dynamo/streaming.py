@@ -1,7 +1,8 @@
 """Weights streamed from the checkpoint, for models bigger than the memory at hand.
 
 The model is loaded with its parameters on the meta device, in the export dtype, and accelerate's disk-offload
-hooks (transformers' `device_map={"": "disk"}`; a safetensors checkpoint is read in place, nothing is copied)
+hooks (transformers' `device_map` with every top-level module on "disk"; a safetensors checkpoint is read in
+place, nothing is copied)
 load each module's weights from the checkpoint just before the module runs and drop them after: the capture and
 PyTorch's side of the validation run the real model one module's weights at a time. torch.export traces the
 model with the hooks taken off (`hooks_off`: the weights are not read), and every ONNX initializer that is a
@@ -16,7 +17,7 @@ cgroup's limit or the kernel's MemAvailable, whichever is smaller), or `OPTIMUM_
 from __future__ import annotations
 
 import contextlib
-import logging
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,12 +27,9 @@ import torch
 
 from .errors import ExportError
 
-logger = logging.getLogger(__name__)
-
 ENV = "OPTIMUM_DYNAMO_STREAM_WEIGHTS"
 SHARE = 0.5  # of the available memory the export-dtype weights may take before they are streamed
 DISK = "every module on disk"  # `loading`'s device map, made per model class by `device_map`
-_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 def available_memory() -> int:
@@ -65,20 +63,14 @@ def _usage_name(limit: str) -> str:
 def checkpoint_parameters(model_id: str) -> dict[str, int]:
     """{safetensors dtype: elements} of a local checkpoint's weights, from the files' headers (nothing loaded);
     empty if the checkpoint is not a local safetensors one."""
-    import json
-    import struct
+    from safetensors import SafetensorError, safe_open
 
     counts: dict[str, int] = {}
     for path in sorted(Path(model_id).glob("*.safetensors")) if Path(model_id).is_dir() else ():
-        with contextlib.suppress(OSError, ValueError, struct.error):
-            with open(path, "rb") as f:
-                header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-            for key, entry in header.items():
-                if key != "__metadata__":
-                    count = 1
-                    for d in entry["shape"]:
-                        count *= d
-                    counts[entry["dtype"]] = counts.get(entry["dtype"], 0) + count
+        with contextlib.suppress(OSError, SafetensorError), safe_open(str(path), "np") as f:
+            for key in f.keys():
+                tensor = f.get_slice(key)
+                counts[tensor.get_dtype()] = counts.get(tensor.get_dtype(), 0) + math.prod(tensor.get_shape())
     return counts
 
 
@@ -212,9 +204,5 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 module._buffers[name] = buffer.to(dtype)
 
 
-def is_lazy(value: ir.Value | None) -> bool:
-    return value is not None and isinstance(value.const_value, ir.LazyTensor)
-
-
-__all__ = ["DISK", "ENV", "alias_tied", "attach", "device_map", "available_memory", "cast_buffers", "checkpoint_parameters", "hooks_off",
-           "is_lazy", "is_streamed", "loading", "sources", "wanted"]
+__all__ = ["DISK", "ENV", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
+           "device_map", "hooks_off", "is_streamed", "loading", "sources", "wanted"]

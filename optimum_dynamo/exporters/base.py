@@ -42,8 +42,8 @@ from .component import Component
 
 logger = logging.getLogger(__name__)
 # Patches and pytree registrations are process-wide: exports in one process run one at a time.
-_ONE_AT_A_TIME = threading.RLock()
-OFFLOAD = ".offload"  # in staging: what a streamed load cannot read in place (removed by the manifest stage)  # re-entrant: an exporter may run another inside its stages
+_ONE_AT_A_TIME = threading.RLock()  # re-entrant: an exporter may run another inside its stages
+OFFLOAD = ".offload"  # in staging: what a streamed load cannot read in place (removed by the manifest stage)
 
 
 def stage(label: str, when=None):
