@@ -119,15 +119,14 @@ def is_streamed(model: torch.nn.Module) -> bool:
 def hooks_off(model: torch.nn.Module) -> Iterator[None]:
     """For torch.export: the offload hooks taken off, and each parameter on the meta device replaced by an
     uninitialized CPU tensor (never written: the kernel gives it no memory; the trace reads shapes only, and
-    on the meta device the hidden states would meet the CPU's cache and masks); all put back after."""
+    on the meta device the hidden states would meet the CPU's cache and masks); all put back after.
+    A hook is accelerate's attributes on the instance (its wrapper `forward` over the `_old_forward` it saved):
+    they are set aside, not detached, so the module runs its class's forward, with the export's patches."""
     if not is_streamed(model):
         yield
         return
-    from accelerate.hooks import add_hook_to_module, remove_hook_from_module
-
-    hooks = [(m, m._hf_hook) for m in model.modules() if hasattr(m, "_hf_hook")]
-    for module, _ in hooks:
-        remove_hook_from_module(module)
+    added = ("_hf_hook", "_old_forward", "forward")
+    hooked = [(m, {k: m.__dict__.pop(k) for k in added if k in m.__dict__}) for m in model.modules() if hasattr(m, "_hf_hook")]
     swapped = [(m, name, p) for m in model.modules() for name, p in m._parameters.items() if p is not None and p.is_meta]
     for module, name, param in swapped:
         module._parameters[name] = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype), requires_grad=False)
@@ -136,8 +135,8 @@ def hooks_off(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for module, name, param in swapped:
             module._parameters[name] = param
-        for module, hook in hooks:
-            add_hook_to_module(module, hook)
+        for module, attributes in hooked:
+            module.__dict__.update(attributes)
 
 
 def alias_tied(model: torch.nn.Module) -> None:
