@@ -7,8 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -48,6 +51,76 @@ def test_streamed_export_writes_the_same_bytes(checkpoints, tmp_path, model_type
     assert run.returncode == 0 and STREAMED not in run.stderr, run.stderr[-3000:]
     for name in ("model.onnx", "model.onnx_data"):
         assert (streamed / name).read_bytes() == (tmp_path / "in_memory" / name).read_bytes(), name
+    _assert_pieces_match_the_whole_graph(streamed / "model.onnx")
+
+
+def _feeds(session) -> list[dict]:
+    """Batch 2: a 5-token prompt from an empty cache, then one token after a 5-position cache (by dim names)."""
+    rng = np.random.default_rng(0)
+    feeds = []
+    for length, past in ((5, 0), (1, 5)):
+        feed = {}
+        for port in session.get_inputs():
+            named = {"batch_size": 2, "sequence_length": length, "past_sequence_length": past,
+                     "past_sequence_length + sequence_length": past + length}
+            shape = [d if isinstance(d, int) else named[d] for d in port.shape]
+            if port.name == "attention_mask":
+                feed[port.name] = np.ones(shape, np.int64)
+            elif port.name == "position_ids":
+                feed[port.name] = np.arange(past, past + length, dtype=np.int64)[None].repeat(2, 0)
+            elif port.type == "tensor(int64)":
+                feed[port.name] = rng.integers(0, 100, shape)
+            else:
+                feed[port.name] = rng.standard_normal(shape).astype(np.float16 if "16" in port.type else np.float32)
+        feeds.append(feed)
+    return feeds
+
+
+def _assert_pieces_match_the_whole_graph(path: Path) -> None:
+    """The streamed export's validation runs the graph in pieces (`validate.piecewise`): cut small here (at
+    least 5 pieces), they give the whole graph's outputs."""
+    import onnxruntime as ort
+
+    from optimum_dynamo.validate.piecewise import PiecewiseSession
+
+    whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    pieces = PiecewiseSession(path, budget=(path.parent / "model.onnx_data").stat().st_size // 6)
+    assert len(pieces.pieces) >= 5
+    assert [(p.name, p.shape, p.type) for p in pieces.get_inputs()] == [(p.name, p.shape, p.type) for p in whole.get_inputs()]
+    assert [p.name for p in pieces.get_outputs()] == [p.name for p in whole.get_outputs()]
+    feeds = _feeds(whole)
+    for feed, got in zip(feeds, pieces.run_all(feeds)):
+        for expected, output in zip(whole.run(None, feed), got):
+            assert output.shape == expected.shape
+            np.testing.assert_allclose(output, expected, atol=1e-5, rtol=0)
+
+
+def test_an_outer_scope_read_crosses_a_cut():
+    """An If's branches read a value of the graph around them: the piece holding the If takes it as an input."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from optimum_dynamo.validate.piecewise import PiecewiseSession
+
+    weight = numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), "w")
+    branch = lambda op, name: helper.make_graph(  # noqa: E731
+        [helper.make_node(op, ["h", "h"], [name])], name, [], [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["y"], then_branch=branch("Add", "a"), else_branch=branch("Mul", "m"))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [weight, numpy_helper.from_array(np.zeros((), np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        onnx.save(model, str(path), save_as_external_data=True, location="model.onnx_data", size_threshold=0)
+        pieces = PiecewiseSession(path, budget=64)
+        assert len(pieces.pieces) == 2  # the MatMul's weight alone, then the rest
+        whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        for x in (np.ones((1, 4), np.float32), -np.ones((1, 4), np.float32)):
+            np.testing.assert_array_equal(pieces.run(None, {"x": x})[0], whole.run(None, {"x": x})[0])
 
 
 def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_path):

@@ -24,6 +24,7 @@ from ..streaming import attach
 from ..options import ExportOptions
 from ..validate import compare, gate, quantized, references, table
 from ..validate.generate import check_generate
+from ..validate.piecewise import BUDGET, PiecewiseSession
 from .base import OFFLOAD, ExportContext, Exporter, release_weights, stage
 from .component import Component
 from .onnx_optimize import FUSED_LEVELS, contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
@@ -169,10 +170,10 @@ class OnnxExporter(Exporter):
         release_weights(ctx)  # memory: PyTorch is not run again; the sessions load their own copy
         for part, found in zip(ctx.components, cases):
             path, label = ctx.staging / onnx_files(part)[0], self.graph_label(ctx, part)
-            session = GraphInputs if part.drop_unused else None
+            session = GraphInputs if part.drop_unused and not ctx.streamed else None  # pieces take what they read
             if part.quantization and ctx.streamed:  # no fp32 graph was written: judged against PyTorch
                 part.quantization["validation"] = validate_quantized(path, None, found, part.arguments,
-                                                                     part.quantization["bits"], label)
+                                                                     part.quantization["bits"], label, True)
             elif part.quantization:  # the fp32 graph is validated as usual, the quantized one against it
                 fp32 = open_session(ctx.staging / FP32_DIR / onnx_files(part)[0])
                 part.discrepancies = validate_graph(fp32, found, part.arguments, part.output_names, ctx.options,
@@ -183,10 +184,12 @@ class OnnxExporter(Exporter):
                                                                      part.quantization["bits"], label)
             else:
                 part.discrepancies = validate_graph(path, found, part.arguments, part.output_names, ctx.options,
-                                                    label, session)
+                                                    label, session, ctx.streamed)
         shutil.rmtree(ctx.staging / FP32_DIR, ignore_errors=True)
+        if ctx.streamed and ctx.generations:
+            logger.info("    generate not compared: the runtime would hold the whole graph (weights streamed)")
         # an explicit --atol decides alone (a looser one writes a graph the gross rule would refuse): no token check
-        if ctx.generations and ctx.options.dtype == "fp32" and not ctx.options.quantize and ctx.options.atol is None:
+        elif ctx.generations and ctx.options.dtype == "fp32" and not ctx.options.quantize and ctx.options.atol is None:
             logger.info("    %s", check_generate(ctx.task.runtime_class(), ctx.staging, ctx.generations,
                                                  ctx.task.with_past))
 
@@ -307,18 +310,26 @@ def save_graph(model: ir.Model, directory: Path, files: tuple[str, str], options
         slim(path, Path(files[1]).name)
 
 
-def open_session(path: Path):
+def open_session(path: Path, streamed: bool = False):
+    """onnxruntime's session of the saved graph; with the weights streamed, a session running the graph piece by
+    piece (`validate.piecewise`: never the whole graph's weights in memory)."""
     import onnxruntime as ort
 
+    if streamed:
+        session = PiecewiseSession(path)
+        count = len(session.pieces)
+        logger.info("    onnxruntime runs %s in %d piece%s of at most %d MB of weights (weights streamed)",
+                    path.name, count, "s" if count > 1 else "", BUDGET // 2**20)
+        return session
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 def validate_graph(source, cases, arguments, output_names, options: ExportOptions, graph: str = "",
-                   session=None) -> list:
+                   session=None, streamed: bool = False) -> list:
     """onnxruntime vs PyTorch on the captured calls (`validate.references`): the table logged, --atol enforced.
     `source`: the graph's path or an open session; `session(ort_session)`: a wrapper feeding the session (e.g.
     only the inputs its graph kept)."""
-    loaded = source if hasattr(source, "run") else open_session(source)
+    loaded = source if hasattr(source, "run") else open_session(source, streamed)
     rows = compare(session(loaded) if session else loaded, cases, arguments, output_names)
     logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(cases), table(rows))
     gate(rows, options.atol, options.dtype, graph)
@@ -333,10 +344,11 @@ def quantize_weights(model: ir.Model, options: ExportOptions) -> dict:
     return {**scheme.record(), "quantized": len(done.quantized), "kept": done.kept}
 
 
-def validate_quantized(path: Path, reference, cases, arguments, bits: int, graph: str = "") -> list[dict]:
+def validate_quantized(path: Path, reference, cases, arguments, bits: int, graph: str = "",
+                       streamed: bool = False) -> list[dict]:
     """The quantized graph's logits against its fp32 graph's (`reference`, gated: `validate.quantized`) and
     PyTorch's (gated where there is no fp32 graph)."""
-    got = quantized.logits_of(open_session(path), cases, arguments.input_names)
+    got = quantized.logits_of(open_session(path, streamed), cases, arguments.input_names)
     torch_logits = [expected[quantized.LOGITS].float().numpy() for _, expected in cases]
     rows = [quantized.agreement("PyTorch", got, torch_logits, cases)]
     if reference is not None:  # None: weights streamed, the fp32 graph never written

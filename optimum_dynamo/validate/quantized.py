@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from .gate import GrossMismatch
+from .piecewise import run_cases
 
 LOGITS = "logits"
 MIN_TOP1 = {4: 0.1, 8: 0.5}
@@ -44,7 +45,7 @@ class Agreement:
 def logits_of(session, cases: Sequence[tuple[dict, dict]], input_names: list[str]) -> list[np.ndarray]:
     """The session's `logits` on every case's inputs (`validate.references`)."""
     index = [o.name for o in session.get_outputs()].index(LOGITS)
-    return [session.run(None, {n: feed[n].numpy() for n in input_names})[index] for feed, _ in cases]
+    return [out[index] for out in run_cases(session, [{n: feed[n].numpy() for n in input_names} for feed, _ in cases])]
 
 
 def _positions(feed: dict, logits: np.ndarray) -> np.ndarray:

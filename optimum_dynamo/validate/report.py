@@ -7,12 +7,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..capture import Call, ExportArguments
 import torch.utils._pytree as pytree
 
 from ..flatten import flat_inputs, flat_outputs, input_name, is_cache
+from .piecewise import run_cases
 
 
 @dataclass
@@ -134,9 +134,8 @@ def compare(session, cases: Sequence[tuple[dict, dict]], args: ExportArguments, 
     by the attention mask are left out (padding computes different garbage in each runtime)."""
     positions = position_axes(session)
     worst: dict[str, Discrepancy] = {}
-    for i, (feed, expected) in enumerate(tqdm(cases, desc="validate", unit="call", leave=False,
-                                               disable=len(cases) < 8)):
-        results = session.run(None, {n: feed[n].numpy() for n in args.input_names})
+    feeds = [{n: feed[n].numpy() for n in args.input_names} for feed, _ in cases]
+    for i, ((feed, expected), results) in enumerate(zip(cases, run_cases(session, feeds))):
         for name, got in zip(output_names, results):
             if name not in expected:
                 continue
