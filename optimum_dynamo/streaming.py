@@ -29,7 +29,8 @@ from .errors import ExportError
 
 ENV = "OPTIMUM_DYNAMO_STREAM_WEIGHTS"
 SHARE = 0.5  # of the available memory the export-dtype weights may take before they are streamed
-DISK = "every module on disk"  # `loading`'s device map, made per model class by `device_map`
+DISK = "every module on disk"
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter  # `loading`'s device map, made per model class by `device_map`
 
 
 def available_memory() -> int:
@@ -96,7 +97,19 @@ def loading(dtype: torch.dtype, offload: Path) -> dict[str, Any]:
     except ImportError:
         raise ExportError("streaming the weights of a model this big needs accelerate: pip install accelerate") from None
     offload.mkdir(parents=True, exist_ok=True)
+    return_freed_blocks()
     return {"device_map": DISK, "offload_folder": str(offload), "dtype": dtype}
+
+
+def return_freed_blocks() -> None:
+    """glibc's malloc raises its mmap threshold each time a big block is freed, so the next weights (cast ones:
+    a few MB to tens of MB) come from the heap, which fragments and keeps them: +900 MB measured over a 0.84B
+    fp16 capture. A fixed threshold (4 MB) gives every streamed weight its own mapping, returned when freed."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        ctypes.CDLL(ctypes.util.find_library("c")).mallopt(M_MMAP_THRESHOLD, 4 * 2**20)
 
 
 def device_map(model_class, config) -> dict[str, str]:
@@ -204,4 +217,4 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
 
 
 __all__ = ["DISK", "ENV", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
-           "device_map", "hooks_off", "is_streamed", "loading", "sources", "wanted"]
+           "device_map", "hooks_off", "is_streamed", "loading", "return_freed_blocks", "sources", "wanted"]

@@ -182,3 +182,15 @@ def test_cli_export_in_memory_still_needs_no_switch(dynamo_exports):
     manifest = json.loads((dynamo_exports("llama") / "optimum_dynamo.json").read_text())
     assert "weights" not in manifest
 
+
+
+def test_a_state_space_model_is_refused_in_one_line(tmp_path):
+    """Mamba's cache is made on the model's device, the meta device when the weights stream: refused, not traced."""
+    from tiny import save_tiny_decoder
+
+    run = _cli("--model", save_tiny_decoder("mamba", tmp_path / "mamba"), tmp_path / "out", stream="1")
+    errors = [line for line in run.stderr.splitlines() if "error" in line]
+    assert run.returncode == 1 and errors == [
+        "optimum-cli export onnx --dynamo: error: mamba: streaming the weights does not cover state-space models yet "
+        f"(docs: Big models); set {streaming.ENV}=0 to export with the weights in memory"], run.stderr[-2000:]
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".optimum-dynamo-*"))

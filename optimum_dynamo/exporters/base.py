@@ -163,6 +163,9 @@ class Exporter:
                                   f"checkpoint (docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0")
             ctx.streamed = True
             ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
+            if is_state_model(ctx.model):  # their caches are made on the model's device: meta
+                raise ExportError(f"{ctx.config.model_type}: streaming the weights does not cover state-space models "
+                                  f"yet (docs: Big models); set {streaming.ENV}=0 to export with the weights in memory")
             streaming.alias_tied(ctx.model)
             logger.info("    weights streamed from the checkpoint: %d tensors on the meta device, each read when its "
                         "module runs and when it is saved", len(streaming.sources(ctx.model)))

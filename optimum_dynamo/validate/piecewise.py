@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from tqdm.auto import tqdm
 
-BUDGET = 256 * 2**20  # initializer bytes per piece
+BUDGET = 128 * 2**20  # initializer bytes per piece
 
 
 class Port(NamedTuple):
