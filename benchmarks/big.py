@@ -10,6 +10,11 @@ started (`[k/N] label` in its log).
 
     sudo python benchmarks/big.py [--shape llama8b] [--cap-gb 8] [--exports "dynamo O3 int4,dynamo fp16"]
                                   [--work DIR] [--anchor GENAI_PYTHON] [--keep]
+                                  [--checkpoint DIR] [--stream] [--no-check]
+
+`--checkpoint`: an existing checkpoint instead of `--shape`'s (e.g. `benchmarks/run.py`'s 0.84B llama);
+`--stream`: OPTIMUM_DYNAMO_STREAM_WEIGHTS=1 (small models are not streamed by default); `--no-check`: no
+runtime check after the export (its session holds the whole graph).
 
 Writing the 8B checkpoint needs 15 GB of disk and the fp16 export 16 GB more: `--work` on a disk with room.
 The checkpoint is kept in `--work` for the next run; the exports are removed unless `--keep`.
@@ -44,6 +49,7 @@ EXPORTS = {
     "dynamo O3 int4": ["--dynamo", "--optimize", "O3", "--quantize", "int4"],
     "dynamo fp16": ["--dynamo", "--dtype", "fp16"],
     "dynamo": ["--dynamo"],
+    "dynamo O3": ["--dynamo", "--optimize", "O3"],
 }
 SHARD_BYTES = 2 * 2**30
 CGROUP = Path("/sys/fs/cgroup/memory")
@@ -163,6 +169,9 @@ def main() -> None:
     parser.add_argument("--anchor", default=None, metavar="PYTHON",
                         help="a Python with onnxruntime-genai (make anchor's .venv-genai): its builder, -p int4 -e cpu")
     parser.add_argument("--keep", action="store_true", help="keep the exported graphs")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="this checkpoint instead of --shape's")
+    parser.add_argument("--stream", action="store_true", help="force streamed weights (OPTIMUM_DYNAMO_STREAM_WEIGHTS=1)")
+    parser.add_argument("--no-check", action="store_true", help="no runtime check after each export")
     parser.add_argument("--check", nargs=2, metavar=("OUT", "CHECKPOINT"), help=argparse.SUPPRESS)  # the capped child
     args = parser.parse_args()
     if args.check:
@@ -171,9 +180,12 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.work)
     start = time.perf_counter()
-    checkpoint = write_checkpoint(args.shape, work / args.shape)
+    if args.stream:
+        os.environ["OPTIMUM_DYNAMO_STREAM_WEIGHTS"] = "1"
+    checkpoint = args.checkpoint or write_checkpoint(args.shape, work / args.shape)
     size = sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")) / 2**30
-    print(f"# {datetime.date.today()} | {args.shape}: {size:.1f} GB of bf16 shards "
+    print(f"# {datetime.date.today()} | {args.checkpoint or args.shape}: {size:.1f} GB of safetensors "
+          f"{'(weights streamed: forced) ' if args.stream else ''}"
           f"(written in {time.perf_counter() - start:.0f} s or kept) | cap {args.cap_gb:g} GB (page cache included)")
     cli = str(Path(sys.executable).parent / "optimum-cli")
     runs = {label: [cli, "export", "onnx", *EXPORTS[label], "--model", str(checkpoint), "--task",
@@ -191,7 +203,7 @@ def main() -> None:
         row = capped(cmd, int(args.cap_gb * 2**30), out.parent / f"{out.name}.log")
         result = "killed (memory)" if row["killed"] else ("ok" if row["status"] == 0 else f"exit {row['status']}")
         compared = "—"
-        if row["status"] == 0 and "builder" not in cmd:
+        if row["status"] == 0 and "builder" not in cmd and not args.no_check:
             log = out.parent / f"{out.name}.check.log"
             done = capped([sys.executable, __file__, "--check", str(out), str(checkpoint)], int(args.cap_gb * 2**30), log)
             found = [json.loads(line[6:]) for line in log.read_text().splitlines() if line.startswith("CHECK ")]

@@ -44,7 +44,7 @@ MODELS = {
     "qwen05b": dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
                     num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
                     max_position_embeddings=4096, tie_word_embeddings=True),
-    # export memory at scale (over protobuf's 2 GB): `--exports "dynamo,dynamo O3" --export-only`
+    # export memory at scale (over protobuf's 2 GB): `--exports "dynamo,dynamo streamed" --export-only`
     "llama084b": dict(model_type="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632,
                       num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=4, head_dim=128,
                       max_position_embeddings=2048),
@@ -59,7 +59,10 @@ EXPORTS = [
     ("dynamo O3", ["--dynamo", "--optimize", "O3"]),
     ("dynamo O3 int4", ["--dynamo", "--optimize", "O3", "--quantize", "int4"]),
     ("dynamo O3 int8", ["--dynamo", "--optimize", "O3", "--quantize", "int8"]),
+    ("dynamo fp16", ["--dynamo", "--dtype", "fp16"]),
 ]
+# any label + " streamed": the same flags with the weights streamed from the checkpoint (docs: Big models)
+STREAMED = " streamed"
 
 
 def build(name: str, root: Path) -> Path:
@@ -69,14 +72,15 @@ def build(name: str, root: Path) -> Path:
     return save_tiny_decoder(spec.pop("model_type"), root / name, **spec)
 
 
-def export(checkpoint: Path, out: Path, flags: list[str]) -> dict:
+def export(checkpoint: Path, out: Path, flags: list[str], streamed: bool = False) -> dict:
     """One `optimum-cli export onnx` child: wall seconds, peak RSS (MB) of that child."""
     cli = Path(sys.executable).parent / "optimum-cli"
     cmd = [str(cli), "export", "onnx", *flags, "--model", str(checkpoint), "--task", "text-generation-with-past", str(out)]
+    env = dict(os.environ, OPTIMUM_DYNAMO_STREAM_WEIGHTS="1" if streamed else "0")
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(out.parent / f"{out.name}.log", "w") as log:
-        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     if status != 0:
@@ -186,7 +190,8 @@ def main() -> None:
     parser.add_argument("--models", default="tiny,llama56m")
     parser.add_argument("--work", default=None)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--exports", default=",".join(label for label, _ in EXPORTS))
+    parser.add_argument("--exports", default=",".join(label for label, _ in EXPORTS if label != "dynamo fp16"),
+                        help=f"comma-separated labels of {[label for label, _ in EXPORTS]}, each optionally + '{STREAMED}'")
     parser.add_argument("--anchor", action="append", default=[], metavar="MODEL:LABEL=DIR",
                         help="another tool's graph of MODEL's checkpoint (DIR/model.onnx, e.g. onnxruntime-genai's "
                              "model builder) measured in the same decode-step rounds")
@@ -204,9 +209,10 @@ def main() -> None:
             continue
         weights = weights_mb(checkpoint)
         rows = {}
-        for label, flags in EXPORTS:
-            if label in wanted:
-                rows[label] = export(checkpoint, root / name / label.replace(" ", "_"), flags)
+        flags_of = dict(EXPORTS)
+        for label in wanted:
+            base = label.removesuffix(STREAMED)
+            rows[label] = export(checkpoint, root / name / label.replace(" ", "_"), flags_of[base], label != base)
         ref = next(iter(rows))
         print(f"\n## {name} ({weights:.0f} MB of fp32 weights): export, ratios vs {ref}")
         print("| export | wall s (ratio) | peak RSS MB (ratio; x weights) | nodes | contrib ops |")
