@@ -273,3 +273,32 @@ def test_levels_and_extra_passes():
 def test_ort_fusion_without_a_candidate_says_so(name):
     model = _model(lambda t, x: [t.op("Relu", [x])], [_input("x", [2])])
     assert not OrtFusion(name)(model).modified and unfused(model) == {name: "no part of the pattern matched"}
+
+
+def _halves(tape, x, y):
+    """x[..., :4] and x[..., 4:] (the pair), y's first half twice and a third slice of x (no pair)."""
+    axis, count = _const(tape, [-1], "axis"), iter(range(100))
+    half = lambda v, b, e: tape.op("Slice", [v, _const(tape, [b], f"b{next(count)}"), _const(tape, [e], f"e{next(count)}"), axis])  # noqa: E731
+    return [tape.op("Add", [half(x, 4, 8), half(x, 0, 4)]), half(x, 2, 6), tape.op("Mul", [half(y, 0, 2), half(y, 0, 2)])]
+
+
+def test_slices_split_is_onnxscripts_rule_made_linear():
+    """The same graph as onnxscript's `slice_split_rule` (bytes of the protos, but for the rule's name the
+    rewriter writes in its node's metadata), found through the sliced value's uses instead of a search of the
+    whole graph per Slice."""
+    from onnxscript import rewriter
+    from onnxscript.rewriter.rules.common import slice_split_rule
+
+    from optimum_dynamo.exporters.onnx_passes.slices_split import SlicesSplit
+
+    def build():
+        return _model(_halves, [_input("x", [2, "n", 8]), _input("y", [3, 4])])
+
+    feed = {"x": RNG.standard_normal((2, 5, 8)).astype(np.float32), "y": RNG.standard_normal((3, 4)).astype(np.float32)}
+    ours = _apply(SlicesSplit(), build(), feed)
+    theirs = rewriter.rewrite(build(), pattern_rewrite_rules=[slice_split_rule])
+    common_passes.RemoveUnusedNodesPass()(theirs)
+    assert _ops(ours) == _ops(theirs) and _ops(ours).count("Split") == 1 and _ops(ours).count("Slice") == 3
+    for node in theirs.graph:  # the rewriter tags its nodes with the rule's name (provenance only)
+        node.metadata_props.pop("pkg.onnxscript.rewriter.rule_name", None)
+    assert ir.to_proto(ours).SerializeToString() == ir.to_proto(theirs).SerializeToString()

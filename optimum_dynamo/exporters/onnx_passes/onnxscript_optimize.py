@@ -15,17 +15,18 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from .lazy_weights import InitializersInUseOrder, LazyTransposes, reads_lazy
+from .slices_split import SlicesSplit
 
 
-# onnxscript 0.7.2's default rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0`; a name another
-# onnxscript version lacks is skipped, not an error
+# onnxscript 0.7.2's default rules (`rewriter.rewrite`'s), in its order, without `x + 0` / `x - 0` and with
+# `slice_split_rule` run as a linear pass (`slices_split.py`); a name another onnxscript version lacks is skipped
 DEFAULT_RULES = (
     "dropout_zero_rule", "dropout_inference_rule", "two_reshapes_matmul_reshape_rule",
     "one_reshape_matmul_reshape_rule", "cast_constant_of_shape_rule", "cast_constant_of_shape_without_value_rule",
     "collapse_slice_rule", "collapse_slice2_rule", "materialize_reshape_shape_rule", "min_min_rule", "max_max_rule",
     "min_max_rule", "max_min_rule", "successive_clip_relu_rule", "successive_relu_clip_rule", "successive_relu_rule",
     "successive_clip_rule", "cast_cast_rule", "no_op_cast_rule", "no_op_expand_rule", "flatten_to_reshape_rule",
-    "reshape_reshape_rule", "slice_split_rule", "no_op_transpose_rule", "transpose_transpose_rule",
+    "reshape_reshape_rule", "no_op_transpose_rule", "transpose_transpose_rule",
     "unsqueeze_unsqueeze_rule", "squeeze_reshape_1d_rule", "no_op_dynamic_scatter_nd_rule",
     "no_op_static_scatter_nd_rule", "normalize_pad_format_conv_rule", "normalize_pad_format_conv_integer_rule",
     "fuse_pad_into_conv_rule", "fuse_pad_into_conv_integer_rule", "fuse_batchnorm_into_conv_rule",
@@ -69,8 +70,8 @@ class OnnxscriptOptimize(ir.passes.InPlacePass):
         return ir.passes.Sequential(
             common_passes.InlinePass(),
             LazyTransposes(),  # weights streamed from the checkpoint stay unread (`lazy_weights`)
-            ir.passes.PassManager([FoldConstants(), rewriter.RewritePass(rewrite_rules()), *cleanup], steps=2,
-                                  early_stop=True),
+            ir.passes.PassManager([FoldConstants(), rewriter.RewritePass(rewrite_rules()), SlicesSplit(), *cleanup],
+                                  steps=2, early_stop=True),
             common_passes.RemoveUnusedNodesPass(),
             common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
             common_passes.LiftSubgraphInitializersToMainGraphPass(),
