@@ -29,8 +29,8 @@ from .errors import ExportError
 
 ENV = "OPTIMUM_DYNAMO_STREAM_WEIGHTS"
 SHARE = 0.5  # of the available memory the export-dtype weights may take before they are streamed
-DISK = "every module on disk"
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter  # `loading`'s device map, made per model class by `device_map`
+DISK = "every module on disk"  # `loading`'s device map, made per model class by `device_map`
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
 def available_memory() -> int:

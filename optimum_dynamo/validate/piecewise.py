@@ -97,7 +97,7 @@ class PiecewiseSession:
                                             disable=len(self.pieces) < 8)):
             later = wanted.union(*used[number + 1:])
             produced = {n for i in piece for n in graph.node[i].output if n}
-            session = self._session(piece, used[number], produced & later, values[0])
+            session = self._session(piece, used[number], produced, produced & later, values[0])
             outputs = [o.name for o in session.get_outputs()]
             inputs = [i.name for i in session.get_inputs()]
             for case in values:
@@ -107,11 +107,11 @@ class PiecewiseSession:
             del session  # memory: one piece's weights at a time
         return [[case[o.name] for o in graph.output] for case in values]
 
-    def _session(self, piece: list[int], used: set[str], outputs: set[str], example: dict[str, np.ndarray]):
+    def _session(self, piece: list[int], used: set[str], produced: set[str], outputs: set[str],
+                 example: dict[str, np.ndarray]):
         import onnxruntime as ort
 
         graph = self.model.graph
-        produced = {n for i in piece for n in graph.node[i].output}
         initializers = [t for t in graph.initializer if t.name in used]
         declared = {i.name: i for i in graph.input}
         inputs = [declared.get(n) or onnx.helper.make_tensor_value_info(

@@ -37,11 +37,11 @@ class SlicesSplit(ir.passes.InPlacePass):
         order = {node: i for i, node in enumerate(graph)}
         done = set()
         for first in [n for n in graph if _half(n, True)]:
-            x = first.inputs[0]
-            second = next((n for n, _ in x.uses() if n not in done and n.graph is graph and _half(n, False)
-                           and _ints(n.inputs[3]) == _ints(first.inputs[3])), None)
-            if second is None or first in done:
+            second = next((n for n, _ in first.inputs[0].uses() if n not in done and n.graph is graph
+                           and _half(n, False) and _ints(n.inputs[3]) == _ints(first.inputs[3])), None)
+            if second is None or first in done:  # (an empty last axis: one Slice is both halves)
                 continue
+            x = first.inputs[0]
             split = ir.Node("", "Split", [x], [ir.AttrInt64("num_outputs", 2), ir.AttrInt64("axis", -1)],
                             num_outputs=2)
             at = min((first, second), key=order.__getitem__)
