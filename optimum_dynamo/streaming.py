@@ -9,14 +9,16 @@ model with the hooks taken off (`hooks_off`: the weights are not read), and ever
 parameter becomes an `onnx_ir.LazyTensor` that reads its tensor from the checkpoint, in the export dtype, when
 the save stage writes it: the weights are never all in memory.
 
-When: the weights in the export dtype would take more than half the memory available to this process (the
-cgroup's limit or the kernel's MemAvailable, whichever is smaller), or `OPTIMUM_DYNAMO_STREAM_WEIGHTS=1`
-(`=0`: never).
+When: the weights in the export dtype take 1 GiB or more, or more than half the memory available to this
+process (the cgroup's limit or the kernel's MemAvailable, whichever is smaller), read from the checkpoint's
+safetensors headers (a local directory, a hub id's snapshot in the local cache, else the hub's headers);
+`OPTIMUM_DYNAMO_STREAM_WEIGHTS=1`: always, `=0`: never.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 from pathlib import Path
@@ -29,6 +31,7 @@ from .errors import ExportError
 
 ENV = "OPTIMUM_DYNAMO_STREAM_WEIGHTS"
 SHARE = 0.5  # of the available memory the export-dtype weights may take before they are streamed
+SIZE = 2**30  # export-dtype weights that stream whatever the memory (0.84B: 0.34x the memory, no slower)
 DISK = "every module on disk"  # `loading`'s device map, made per model class by `device_map`
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
@@ -61,13 +64,19 @@ def _usage_name(limit: str) -> str:
     return "memory.usage_in_bytes" if limit.endswith("limit_in_bytes") else "memory.current"
 
 
-def checkpoint_parameters(model_id: str) -> dict[str, int]:
-    """{safetensors dtype: elements} of a local checkpoint's weights, from the files' headers (nothing loaded);
-    empty if the checkpoint is not a local safetensors one."""
+def checkpoint_parameters(model_id: str, hub: dict[str, Any] | None = None) -> dict[str, int]:
+    """{safetensors dtype: elements} of a checkpoint's weights, from the files' headers (nothing loaded): a local
+    directory, a hub id's snapshot in the local cache, else the hub's headers (`hub`: `from_pretrained`'s download
+    options); empty if none can be read."""
     from safetensors import SafetensorError, safe_open
 
+    hub = {k: v for k, v in (hub or {}).items() if k in ("cache_dir", "revision", "token", "subfolder")}
+    directory = local_checkpoint(model_id, hub)
+    files = weight_files(directory) if directory is not None else []
+    if not files and not Path(model_id).is_dir():  # not cached yet, or only its config (read first)
+        return _hub_parameters(model_id, hub)
     counts: dict[str, int] = {}
-    for path in sorted(Path(model_id).glob("*.safetensors")) if Path(model_id).is_dir() else ():
+    for path in files:
         with contextlib.suppress(OSError, SafetensorError), safe_open(str(path), "np") as f:
             for key in f.keys():
                 tensor = f.get_slice(key)
@@ -75,18 +84,70 @@ def checkpoint_parameters(model_id: str) -> dict[str, int]:
     return counts
 
 
-def wanted(model_id: str, dtype: torch.dtype) -> bool:
-    """Whether this export streams its weights (see the module's doc)."""
-    forced = os.environ.get(ENV)
-    if forced not in (None, "", "0", "1"):
-        raise ExportError(f"invalid {ENV}={forced!r}: expected 1 or 0")
-    if forced:
-        return forced == "1"
-    counts = checkpoint_parameters(model_id)
-    floats = sum(n for k, n in counts.items() if k in ("F32", "F16", "BF16", "F64"))
-    needed = floats * dtype.itemsize
+def local_checkpoint(model_id: str, hub: dict[str, Any]) -> Path | None:
+    """The directory of a local checkpoint or of a hub id's cached snapshot (None if not cached)."""
+    if Path(model_id).is_dir():
+        return Path(model_id) / hub.get("subfolder", "")
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot = snapshot_download(model_id, revision=hub.get("revision"), cache_dir=hub.get("cache_dir"),
+                                     local_files_only=True)
+    except Exception:  # not in the cache (or not a hub id)
+        return None
+    return Path(snapshot) / hub.get("subfolder", "")
+
+
+def _hub_parameters(model_id: str, hub: dict[str, Any]) -> dict[str, int]:
+    """The hub's count from the safetensors headers (a few small range requests); empty offline or on error."""
+    from huggingface_hub import get_safetensors_metadata
+
+    if hub.get("subfolder"):
+        return {}
+    try:
+        found = get_safetensors_metadata(model_id, revision=hub.get("revision"), token=hub.get("token"))
+    except Exception:
+        return {}
+    return dict(found.parameter_count)
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The safetensors files `from_pretrained` reads: the index's shards, else model.safetensors, else every
+    *.safetensors (repositories also ship other weight files, e.g. Mistral's consolidated.safetensors)."""
+    index = directory / "model.safetensors.index.json"
+    with contextlib.suppress(OSError, ValueError, KeyError, AttributeError):
+        shards = [directory / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        return shards if all(shard.is_file() for shard in shards) else []  # a partial download: the hub's count
+    single = directory / "model.safetensors"
+    return [single] if single.is_file() else sorted(directory.glob("*.safetensors"))
+
+
+def forced() -> bool | None:
+    """`OPTIMUM_DYNAMO_STREAM_WEIGHTS`: True (=1), False (=0), None (unset: decided by size)."""
+    value = os.environ.get(ENV)
+    if value not in (None, "", "0", "1"):
+        raise ExportError(f"invalid {ENV}={value!r}: expected 1 or 0")
+    return None if not value else value == "1"
+
+
+def export_bytes(model_id: str, dtype: torch.dtype, hub: dict[str, Any] | None = None) -> int:
+    """Bytes of the checkpoint's floating weights in the export dtype (0 if unknown)."""
+    counts = checkpoint_parameters(model_id, hub)
+    return sum(n for k, n in counts.items() if k in ("F32", "F16", "BF16", "F64")) * dtype.itemsize
+
+
+def fits_in_memory(needed: int) -> bool:
+    """Whether `needed` bytes of weights leave half the memory available to this process."""
     available = available_memory()
-    return bool(needed and available and needed > SHARE * available)
+    return not (needed and available and needed > SHARE * available)
+
+
+def wanted(model_id: str, dtype: torch.dtype, hub: dict[str, Any] | None = None) -> bool:
+    """Whether this export streams its weights (see the module's doc)."""
+    if (switch := forced()) is not None:
+        return switch
+    needed = export_bytes(model_id, dtype, hub)
+    return needed >= SIZE or not fits_in_memory(needed)
 
 
 def loading(dtype: torch.dtype, offload: Path) -> dict[str, Any]:
@@ -138,11 +199,15 @@ def hooks_off(model: torch.nn.Module) -> Iterator[None]:
     if not is_streamed(model):
         yield
         return
+    swapped = [(m, name, p) for m in model.modules() for name, p in m._parameters.items() if p is not None and p.is_meta]
+    stand_ins: dict[Any, torch.nn.Parameter] = {}  # a tied weight stays one tensor, as in memory
+    for module, name, param in swapped:
+        key = _stored_as(module, name, param)
+        if key not in stand_ins:
+            stand_ins[key] = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype), requires_grad=False)
+        module._parameters[name] = stand_ins[key]
     added = ("_hf_hook", "_old_forward", "forward")
     hooked = [(m, {k: m.__dict__.pop(k) for k in added if k in m.__dict__}) for m in model.modules() if hasattr(m, "_hf_hook")]
-    swapped = [(m, name, p) for m in model.modules() for name, p in m._parameters.items() if p is not None and p.is_meta]
-    for module, name, param in swapped:
-        module._parameters[name] = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype), requires_grad=False)
     try:
         yield
     finally:
@@ -150,6 +215,16 @@ def hooks_off(model: torch.nn.Module) -> Iterator[None]:
             module._parameters[name] = param
         for module, attributes in hooked:
             module.__dict__.update(attributes)
+
+
+def _stored_as(module: torch.nn.Module, name: str, param: torch.nn.Parameter) -> Any:
+    """What a parameter reads: its checkpoint file and tensor name (tied ones read the same, `alias_tied`; the
+    hooks make a new meta parameter per module after each call, so identity no longer tells), else itself."""
+    weights = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+    entry = getattr(getattr(weights, "dataset", None), "index", {}).get(f"{getattr(weights, 'prefix', '')}{name}")
+    if entry and "safetensors_file" in entry:
+        return entry["safetensors_file"], entry.get("weight_name")
+    return id(param)
 
 
 def alias_tied(model: torch.nn.Module) -> None:
@@ -216,5 +291,6 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 module._buffers[name] = buffer.to(dtype)
 
 
-__all__ = ["DISK", "ENV", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
-           "device_map", "hooks_off", "is_streamed", "loading", "return_freed_blocks", "sources", "wanted"]
+__all__ = ["DISK", "ENV", "SIZE", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
+           "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off", "is_streamed", "loading",
+           "local_checkpoint", "return_freed_blocks", "sources", "wanted", "weight_files"]

@@ -166,7 +166,7 @@ def test_pt2_is_refused_when_the_weights_are_streamed(checkpoints, tmp_path):
 
 def test_small_checkpoints_are_not_streamed_by_default(checkpoints, monkeypatch):
     """The automatic choice reads the checkpoint's safetensors headers (nothing loaded): a tiny model is far
-    below half of any machine's memory."""
+    below half of any machine's memory and below the size that streams."""
     from safetensors.torch import load_file
 
     monkeypatch.delenv(streaming.ENV, raising=False)
@@ -175,6 +175,97 @@ def test_small_checkpoints_are_not_streamed_by_default(checkpoints, monkeypatch)
         "F32": sum(t.numel() for t in load_file(checkpoint / "model.safetensors").values())}
     assert streaming.available_memory() > 0
     assert not streaming.wanted(str(checkpoint), torch.float32)
+
+
+def _declared(path: Path, tensors: dict[str, tuple[str, int]]) -> None:
+    """A safetensors file whose header declares `tensors` (name -> (dtype, elements)): its data a sparse hole,
+    no disk taken."""
+    size = {"F32": 4, "BF16": 2, "F16": 2}
+    header, offset = {}, 0
+    for name, (dtype, count) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": [count], "data_offsets": [offset, offset + count * size[dtype]]}
+        offset += count * size[dtype]
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        f.truncate(8 + len(text) + offset)
+
+
+def test_the_size_of_the_export_dtype_weights_decides(tmp_path, monkeypatch):
+    """From 1 GiB of weights in the export dtype they stream by default; counted over the index's shards only
+    (Mistral's repositories also ship consolidated.safetensors)."""
+    monkeypatch.delenv(streaming.ENV, raising=False)
+    _declared(tmp_path / "model-00001-of-00002.safetensors", {"a": ("BF16", 200_000_000)})
+    _declared(tmp_path / "model-00002-of-00002.safetensors", {"b": ("BF16", 100_000_000), "c": ("F32", 10)})
+    _declared(tmp_path / "consolidated.safetensors", {"a": ("BF16", 300_000_000)})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
+        "c": "model-00002-of-00002.safetensors"}}))
+    assert streaming.checkpoint_parameters(str(tmp_path)) == {"BF16": 300_000_000, "F32": 10}
+    assert streaming.export_bytes(str(tmp_path), torch.float32) == 1_200_000_040 >= streaming.SIZE
+    assert streaming.wanted(str(tmp_path), torch.float32)
+    assert not streaming.wanted(str(tmp_path), torch.float16)  # 600 MB
+    monkeypatch.setenv(streaming.ENV, "0")
+    assert not streaming.wanted(str(tmp_path), torch.float32)
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()  # a partial download: not counted from what is there
+    assert streaming.weight_files(tmp_path) == []
+
+
+def test_a_hub_id_is_counted_from_its_cached_snapshot(checkpoints, tmp_path, monkeypatch):
+    """A hub id the cache holds is read as its snapshot directory (offline here); one whose snapshot has only its
+    config (what the export reads first) is asked of the hub, which offline gives nothing: in memory."""
+    import shutil
+
+    monkeypatch.delenv(streaming.ENV, raising=False)
+    checkpoint = checkpoints("llama")
+    cached = {"tiny-org/llama": sorted(checkpoint.iterdir()), "tiny-org/config-only": [checkpoint / "config.json"]}
+    for repo, files in cached.items():
+        root = tmp_path / f"models--{repo.replace('/', '--')}"
+        (root / "refs").mkdir(parents=True)
+        (root / "refs" / "main").write_text("0" * 40)
+        snapshot = root / "snapshots" / ("0" * 40)
+        snapshot.mkdir(parents=True)
+        for file in files:
+            shutil.copy(file, snapshot / file.name)
+    hub = {"cache_dir": str(tmp_path)}
+    assert streaming.checkpoint_parameters("tiny-org/llama", hub) == streaming.checkpoint_parameters(str(checkpoint))
+    assert streaming.local_checkpoint("tiny-org/config-only", hub) is not None
+    assert streaming.checkpoint_parameters("tiny-org/config-only", hub) == {}
+    assert streaming.checkpoint_parameters("tiny-org/absent", hub) == {}
+
+
+def test_a_state_space_model_the_size_would_stream_loads_in_memory(tmp_path, monkeypatch, caplog):
+    """The size chose streaming (lowered here to 0 bytes), but streaming does not cover state-space models:
+    mamba loads in memory, says so, and exports as it does without streaming."""
+    import logging
+
+    from optimum_dynamo import export_onnx
+    from tiny import save_tiny_decoder
+
+    monkeypatch.delenv(streaming.ENV, raising=False)
+    monkeypatch.setattr(streaming, "SIZE", 0)
+    checkpoint = save_tiny_decoder("mamba", tmp_path / "mamba")
+    with caplog.at_level(logging.INFO):
+        ctx = export_onnx(str(checkpoint), tmp_path / "out", task="text-generation-with-past")
+    assert not ctx.streamed
+    assert "    weights loaded in memory: streaming does not cover state-space models yet" in caplog.messages
+    assert not any(STREAMED in m for m in caplog.messages)
+    assert (tmp_path / "out" / "model.onnx").exists()
+
+
+@pytest.mark.parametrize("model_type", ["bert", "vit"])
+def test_a_non_generative_task_streams_to_the_same_bytes(bare_checkpoints, bare_exports, tmp_path, model_type):
+    """Encoders from 1 GiB (e5-large, bge-m3) stream by default through the same loader: a fill-mask and an
+    image-classification export give the bytes of the export with the weights in memory."""
+    from conftest import BARE
+
+    run = _cli("--no-fallback", "--model", bare_checkpoints(model_type), "--task", BARE[model_type][0],
+               tmp_path / "out", stream="1")
+    assert run.returncode == 0 and STREAMED in run.stderr, run.stderr[-3000:]
+    names = sorted(p.name for p in bare_exports(model_type).glob("model.onnx*"))
+    assert names == sorted(p.name for p in (tmp_path / "out").glob("model.onnx*"))
+    for name in names:
+        assert (tmp_path / "out" / name).read_bytes() == (bare_exports(model_type) / name).read_bytes(), name
 
 
 def test_cli_export_in_memory_still_needs_no_switch(dynamo_exports):

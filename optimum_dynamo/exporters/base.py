@@ -157,15 +157,13 @@ class Exporter:
             ctx.model = target.model.eval()
             return
         dtype = getattr(torch, DTYPES[ctx.options.dtype])
-        if self.backend == "onnx" and streaming.wanted(ctx.model_id, dtype):
+        if self.backend == "onnx" and streaming.wanted(ctx.model_id, dtype, ctx.options.hub_options):
             if ctx.options.pt2 or ctx.options.aoti:  # a program of the weights in memory
                 raise ExportError("--pt2/--aoti write the weights from memory: this model's are streamed from the "
                                   f"checkpoint (docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0")
-            ctx.streamed = True
             ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
-            if is_state_model(ctx.model):  # their caches are made on the model's device: meta
-                raise ExportError(f"{ctx.config.model_type}: streaming the weights does not cover state-space models "
-                                  f"yet (docs: Big models); set {streaming.ENV}=0 to export with the weights in memory")
+            ctx.streamed = not (is_state_model(ctx.model) and self.state_model_in_memory(ctx, dtype))
+        if ctx.streamed:
             streaming.alias_tied(ctx.model)
             logger.info("    weights streamed from the checkpoint: %d tensors on the meta device, each read when its "
                         "module runs and when it is saved", len(streaming.sources(ctx.model)))
@@ -176,6 +174,17 @@ class Exporter:
             if ctx.options.dtype != "fp32":  # --dtype: captured, exported and validated in that dtype
                 ctx.model.to(dtype)
         ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
+
+    @staticmethod
+    def state_model_in_memory(ctx: ExportContext, dtype: torch.dtype) -> bool:
+        """A state-space model's caches are made on the model's device (meta when streamed): its weights load in
+        memory when the size chose streaming and they fit; refused when streaming is forced or they do not fit."""
+        if streaming.forced() or not streaming.fits_in_memory(streaming.export_bytes(ctx.model_id, dtype,
+                                                                                     ctx.options.hub_options)):
+            raise ExportError(f"{ctx.config.model_type}: streaming the weights does not cover state-space models "
+                              f"yet (docs: Big models); set {streaming.ENV}=0 to export with the weights in memory")
+        logger.info("    weights loaded in memory: streaming does not cover state-space models yet")
+        return True
 
     # ── Stage: capture ──
     @stage("capture generation")

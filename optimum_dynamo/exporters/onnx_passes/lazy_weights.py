@@ -1,7 +1,7 @@
 """Weights read from the checkpoint when saved (`streaming.attach`) stay unread through the optimizer.
 
 torch.onnx writes a linear layer's weight as `Transpose(W)`; constant folding would read W and keep the
-transposed array in memory. Here a Transpose of a lazy weight read by that node only becomes a lazy weight
+transposed array in memory. Here a Transpose of a lazy weight becomes a lazy weight
 itself (transposed when written), and the folding's `should_fold` leaves every other node on a lazy weight
 alone. Graphs without lazy weights are not touched.
 """
@@ -29,11 +29,11 @@ def _transposed(tensor: ir.TensorProtocol, perm: list[int], name: str) -> ir.Laz
 
 
 def lazy_transposes(model: ir.Model) -> int:
-    """Replace each Transpose of a lazy weight (its only reader) by a lazy transposed weight; return how many."""
+    """Replace each Transpose of a lazy weight by a lazy transposed weight; return how many."""
     graph, count = model.graph, 0
     for node in list(graph):
         source = node.inputs[0] if node.op_type == "Transpose" and node.domain == "" and node.inputs else None
-        if not is_lazy(source) or len(source.uses()) != 1 or source.is_graph_output():
+        if not is_lazy(source) or source.is_graph_output():
             continue
         rank = len(source.const_value.shape)
         perm = list(node.attributes.get_ints("perm", list(range(rank))[::-1]))
@@ -47,7 +47,8 @@ def lazy_transposes(model: ir.Model) -> int:
         graph.register_initializer(value)
         out.replace_all_uses_with(value)
         graph.remove(node, safe=True)
-        graph.initializers.pop(source.name, None)
+        if not source.uses():  # a tied weight is also read as it is (the embedding's Gather)
+            graph.initializers.pop(source.name, None)
         count += 1
     return count
 
