@@ -123,6 +123,37 @@ def test_an_outer_scope_read_crosses_a_cut():
             np.testing.assert_array_equal(pieces.run(None, {"x": x})[0], whole.run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_weight_over_the_budget_runs_in_blocks_of_columns(dtype):
+    """A head bigger than a piece may hold (its fp32 copy counted for fp16) runs as MatMuls over blocks of its
+    columns, read from the file: onnxruntime's outputs of the whole graph, the cut the same as before and after."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from optimum_dynamo.validate.piecewise import PiecewiseSession
+
+    rng = np.random.default_rng(0)
+    kind = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("Mul", ["x", "scale"], ["h"]), helper.make_node("MatMul", ["h", "head"], ["logits"]),
+             helper.make_node("Relu", ["logits"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", kind, ["batch", 3, 16])],
+        [helper.make_tensor_value_info("y", kind, None)],
+        [numpy_helper.from_array(rng.standard_normal((16, 1000)).astype(dtype), "head"),
+         numpy_helper.from_array(np.full((16,), 0.5, dtype), "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        onnx.save(model, str(path), save_as_external_data=True, location="model.onnx_data", size_threshold=0)
+        pieces = PiecewiseSession(path, budget=4000)  # the head: 64 kB (fp32), 32 kB (fp16, held as 96 kB)
+        assert [len(p) for p in pieces.pieces] == [1, 1, 1]
+        assert pieces._oversized_weight(pieces.pieces[1]).name == "head"
+        whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        x = rng.standard_normal((2, 3, 16)).astype(dtype)
+        got, expected = (r.astype(np.float32) for r in (pieces.run(None, {"x": x})[0], whole.run(None, {"x": x})[0]))
+        np.testing.assert_allclose(got, expected, atol=1e-5 if dtype == np.float32 else 2e-2, rtol=0)
+
+
 def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_path):
     """bf16, three shards and an index, the head tied to the embedding, as 7B-70B checkpoints come: exported in
     fp32 with its weights streamed, ORTModelForCausalLM gives the greedy tokens of PyTorch's model loaded in fp32

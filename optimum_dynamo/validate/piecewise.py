@@ -1,11 +1,14 @@
 """A saved graph run by onnxruntime piece by piece, for graphs whose weights are streamed (docs: Big models).
 
 The graph's nodes, in their saved (topological) order, are cut into pieces whose initializers take at most
-`budget` bytes (a single bigger initializer is a piece of its own). Each piece is a session of its own that
-reads its initializers from the graph's external data file in place; every case runs through the first piece,
-then every case through the second, and so on: one piece's weights in memory at a time, plus the values that
-cross the cuts (the activations of the validated calls). onnxruntime optimizes each piece alone, so a fusion
-across a cut is not made: the numbers match the whole graph's to rounding.
+`budget` bytes as onnxruntime's CPU kernels hold them (an fp16 or bf16 weight also as the fp32 copy they
+compute with: three times its size). Each piece is a session of its own that reads its initializers from the
+graph's external data file in place, without prepacking (a second copy of each weight in the kernel's layout);
+every case runs through the first piece, then every case through the second, and so on: one piece's weights in
+memory at a time, plus the values that cross the cuts (the activations of the validated calls). A MatMul whose
+weight alone is over the budget (the head of a big vocabulary) runs in blocks of its weight's columns, read from
+the file one block at a time. onnxruntime optimizes each piece alone, so a fusion across a cut is not made: the
+numbers match the whole graph's to rounding.
 """
 
 from __future__ import annotations
@@ -35,8 +38,13 @@ def _port(info: onnx.ValueInfoProto) -> Port:
     return Port(info.name, dims, f"tensor({onnx.helper.tensor_dtype_to_string(tensor.elem_type).split('.')[-1].lower()})")
 
 
+HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)  # computed in fp32 by the CPU kernels
+
+
 def _nbytes(tensor: onnx.TensorProto) -> int:
-    return math.prod(tensor.dims) * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    """Bytes onnxruntime holds for an initializer: its own, and for fp16/bf16 the fp32 copy too."""
+    size = math.prod(tensor.dims) * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    return 3 * size if tensor.data_type in HALF else size
 
 
 def _names_used(node: onnx.NodeProto) -> set[str]:
@@ -75,6 +83,7 @@ class PiecewiseSession:
     def __init__(self, path: Path, budget: int = BUDGET):
         self.model = onnx.load(str(path), load_external_data=False)
         self.folder = str(Path(path).parent.resolve())
+        self.budget = budget
         self.pieces = cut(self.model.graph, budget)
 
     def get_inputs(self) -> list[Port]:
@@ -97,15 +106,59 @@ class PiecewiseSession:
                                             disable=len(self.pieces) < 8)):
             later = wanted.union(*used[number + 1:])
             produced = {n for i in piece for n in graph.node[i].output if n}
-            session = self._session(piece, used[number], produced, produced & later, values[0])
-            outputs = [o.name for o in session.get_outputs()]
-            inputs = [i.name for i in session.get_inputs()]
+            if (weight := self._oversized_weight(piece)) is not None:
+                self._run_in_blocks(graph.node[piece[0]], weight, values)
+            else:
+                session = self._session(piece, used[number], produced, produced & later, values[0])
+                outputs = [o.name for o in session.get_outputs()]
+                inputs = [i.name for i in session.get_inputs()]
+                for case in values:
+                    case.update(zip(outputs, session.run(outputs, {n: case[n] for n in inputs})))
+                del session  # memory: one piece's weights at a time
             for case in values:
-                case.update(zip(outputs, session.run(outputs, {n: case[n] for n in inputs})))
                 for name in set(case) - later:  # no later piece reads it
                     del case[name]
-            del session  # memory: one piece's weights at a time
         return [[case[o.name] for o in graph.output] for case in values]
+
+    def _oversized_weight(self, piece: list[int]) -> onnx.TensorProto | None:
+        """The 2-D external weight of a MatMul that is a piece alone because the weight is over the budget."""
+        node = self.model.graph.node[piece[0]]
+        if len(piece) != 1 or node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+            return None
+        weight = next((t for t in self.model.graph.initializer if t.name == node.input[1]), None)
+        blockable = weight is not None and weight.data_location == onnx.TensorProto.EXTERNAL and len(weight.dims) == 2
+        floating = blockable and weight.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+        return weight if floating and _nbytes(weight) > self.budget else None
+
+    def _run_in_blocks(self, node: onnx.NodeProto, weight: onnx.TensorProto, values: list[dict]) -> None:
+        """`node` (Y = MatMul(A, W)) for every case, W's columns read from the file in blocks of at most half the
+        budget (as held), each block fed to a session of one MatMul as its input (not prepacked, cast per call)."""
+        import onnxruntime as ort
+
+        info = {entry.key: entry.value for entry in weight.external_data}
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(weight.data_type))
+        rows, columns = weight.dims
+        mapped = np.memmap(Path(self.folder) / info["location"], dtype, "r", int(info.get("offset", 0)),
+                           (rows, columns))
+        step = max(1, columns * self.budget // (2 * _nbytes(weight)))
+        a, y = node.input[0], node.output[0]
+        body = onnx.helper.make_graph(
+            [onnx.helper.make_node("MatMul", [a, "block"], [y])], "block",
+            [onnx.helper.make_tensor_value_info(a, onnx.helper.np_dtype_to_tensor_dtype(values[0][a].dtype), None),
+             onnx.helper.make_tensor_value_info("block", weight.data_type, [rows, None])],
+            [onnx.ValueInfoProto(name=y)])
+        model = onnx.ModelProto(ir_version=self.model.ir_version, graph=body)
+        model.opset_import.extend(o for o in self.model.opset_import if o.domain in ("", "ai.onnx"))
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        parts: list[list[np.ndarray]] = [[] for _ in values]
+        for start in range(0, columns, step):
+            block = np.ascontiguousarray(mapped[:, start:start + step])
+            for case, out in zip(values, parts):
+                out.extend(session.run([y], {a: case[a], "block": block}))
+            del block
+        del mapped
+        for case, out in zip(values, parts):
+            case[y] = np.concatenate(out, axis=-1)
 
     def _session(self, piece: list[int], used: set[str], produced: set[str], outputs: set[str],
                  example: dict[str, np.ndarray]):
@@ -125,6 +178,7 @@ class PiecewiseSession:
         model.functions.extend(self.model.functions)
         options = ort.SessionOptions()
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", self.folder)
+        options.add_session_config_entry("session.disable_prepacking", "1")
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
