@@ -13,7 +13,7 @@ started (`[k/N] label` in its log).
                                   [--checkpoint DIR] [--stream] [--no-check]
 
 `--checkpoint`: an existing checkpoint instead of `--shape`'s (e.g. `benchmarks/run.py`'s 0.84B llama);
-`--stream`: OPTIMUM_DYNAMO_STREAM_WEIGHTS=1 (small models are not streamed by default); `--no-check`: no
+`--stream`: OPTIMUM_DYNAMO_STREAM_WEIGHTS=1 (models under 1 GiB of weights are not streamed by default); `--no-check`: no
 runtime check after the export (its session holds the whole graph).
 
 Writing the 8B checkpoint needs 15 GB of disk and the fp16 export 16 GB more: `--work` on a disk with room.

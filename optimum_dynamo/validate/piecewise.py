@@ -3,7 +3,8 @@
 The graph's nodes, in their saved (topological) order, are cut into pieces whose initializers take at most
 `budget` bytes as onnxruntime's CPU kernels hold them (an fp16 or bf16 weight also as the fp32 copy they
 compute with: three times its size). Each piece is a session of its own that reads its initializers from the
-graph's external data file in place, without prepacking (a second copy of each weight in the kernel's layout);
+graph's external data file in place, without prepacking (a second copy of each weight in the kernel's layout;
+kept for contrib operators such as MatMulNBits, whose prepacked kernels compute differently, as the runtime does);
 every case runs through the first piece, then every case through the second, and so on: one piece's weights in
 memory at a time, plus the values that cross the cuts (the activations of the validated calls). A MatMul whose
 weight alone is over the budget (the head of a big vocabulary) runs in blocks of its weight's columns, read from
@@ -178,7 +179,8 @@ class PiecewiseSession:
         model.functions.extend(self.model.functions)
         options = ort.SessionOptions()
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", self.folder)
-        options.add_session_config_entry("session.disable_prepacking", "1")
+        if all(graph.node[i].domain in ("", "ai.onnx") for i in piece):  # contrib kernels (MatMulNBits) compute
+            options.add_session_config_entry("session.disable_prepacking", "1")  # otherwise unpacked: as run
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
