@@ -96,7 +96,9 @@ def _assert_pieces_match_the_whole_graph(path: Path) -> None:
     for feed, got in zip(feeds, pieces.run_all(feeds)):
         for expected, output in zip(whole.run(None, feed), got):
             assert output.shape == expected.shape
-            np.testing.assert_allclose(output, expected, atol=1e-5, rtol=0)
+            # fp16: the fp32 products are rounded to fp16 where the pieces' sessions end, not after fused kernels
+            atol = 1e-5 if output.dtype == np.float32 else 4e-3
+            np.testing.assert_allclose(output.astype(np.float32), expected.astype(np.float32), atol=atol, rtol=0)
 
 
 def test_an_outer_scope_read_crosses_a_cut():
