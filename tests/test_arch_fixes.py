@@ -5,6 +5,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+import transformers
 from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -25,7 +26,13 @@ ARCHS = {
 }
 
 
-@pytest.mark.parametrize("model_type", list(ARCHS))
+# fixes of transformers 4's code: under `slow` on transformers 5 (CI's time; `make zoo` runs every type on both)
+FIXED_ON_4 = {"biogpt", "gpt_bigcode", "gpt_oss"}
+ON_5 = transformers.__version__ >= "5"
+
+
+@pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.slow if ON_5 and t in FIXED_ON_4 else ())
+                                        for t in ARCHS])
 def test_parity_with_pytorch(model_type, checkpoints, dynamo_exports):
     if model_type not in CONFIG_MAPPING_NAMES:
         pytest.skip(f"{model_type} does not exist in this transformers")
