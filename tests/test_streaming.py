@@ -290,6 +290,22 @@ def test_a_state_space_model_the_size_would_stream_loads_in_memory(tmp_path, mon
     assert (tmp_path / "out" / "model.onnx").exists()
 
 
+def test_pt2_of_a_model_the_size_would_stream_loads_in_memory(checkpoints, tmp_path, monkeypatch, caplog):
+    """--pt2 writes the program's weights from memory: when only the size chose streaming (lowered here to 0
+    bytes) and the weights fit, they load in memory, as before streaming was the default."""
+    import logging
+
+    from optimum_dynamo import export_onnx
+
+    monkeypatch.delenv(streaming.ENV, raising=False)
+    monkeypatch.setattr(streaming, "SIZE", 0)
+    with caplog.at_level(logging.INFO):
+        ctx = export_onnx(str(checkpoints("llama")), tmp_path / "out", task=TASK, pt2=True)
+    assert not ctx.streamed
+    assert "    weights loaded in memory: --pt2/--aoti write the weights from memory" in caplog.messages
+    assert list((tmp_path / "out").glob("*.pt2"))
+
+
 @pytest.mark.parametrize("model_type", ["bert", pytest.param("vit", marks=pytest.mark.slow)])  # the same loader
 def test_a_non_generative_task_streams_to_the_same_bytes(bare_checkpoints, bare_exports, tmp_path, model_type):
     """Encoders from 1 GiB (e5-large, bge-m3) stream by default through the same loader: a fill-mask and an

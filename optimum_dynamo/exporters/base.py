@@ -159,10 +159,15 @@ class Exporter:
         dtype = getattr(torch, DTYPES[ctx.options.dtype])
         if self.backend == "onnx" and streaming.wanted(ctx.model_id, dtype, ctx.options.hub_options):
             if ctx.options.pt2 or ctx.options.aoti:  # a program of the weights in memory
-                raise ExportError("--pt2/--aoti write the weights from memory: this model's are streamed from the "
-                                  f"checkpoint (docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0")
-            ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
-            ctx.streamed = not (is_state_model(ctx.model) and self.state_model_in_memory(ctx, dtype))
+                self.in_memory_instead(ctx, dtype, "--pt2/--aoti write the weights from memory", (
+                    "--pt2/--aoti write the weights from memory: this model's are streamed from the checkpoint "
+                    f"(docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0"))
+            else:
+                ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
+                ctx.streamed = not (is_state_model(ctx.model) and self.in_memory_instead(
+                    ctx, dtype, "streaming does not cover state-space models yet", (
+                        f"{ctx.config.model_type}: streaming the weights does not cover state-space models yet "
+                        f"(docs: Big models); set {streaming.ENV}=0 to export with the weights in memory")))
         if ctx.streamed:
             streaming.alias_tied(ctx.model)
             logger.info("    weights streamed from the checkpoint: %d tensors on the meta device, each read when its "
@@ -176,14 +181,14 @@ class Exporter:
         ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
 
     @staticmethod
-    def state_model_in_memory(ctx: ExportContext, dtype: torch.dtype) -> bool:
-        """A state-space model's caches are made on the model's device (meta when streamed): its weights load in
-        memory when the size chose streaming and they fit; refused when streaming is forced or they do not fit."""
+    def in_memory_instead(ctx: ExportContext, dtype: torch.dtype, why: str, refusal: str) -> bool:
+        """What streaming does not cover (state-space models: their caches are made on the model's device, meta
+        when streamed; --pt2/--aoti) loads the weights in memory when only the size chose streaming and they fit;
+        `refusal` when streaming is forced or they do not fit."""
         if streaming.forced() or not streaming.fits_in_memory(streaming.export_bytes(ctx.model_id, dtype,
                                                                                      ctx.options.hub_options)):
-            raise ExportError(f"{ctx.config.model_type}: streaming the weights does not cover state-space models "
-                              f"yet (docs: Big models); set {streaming.ENV}=0 to export with the weights in memory")
-        logger.info("    weights loaded in memory: streaming does not cover state-space models yet")
+            raise ExportError(refusal)
+        logger.info("    weights loaded in memory: %s", why)
         return True
 
     # ── Stage: capture ──
