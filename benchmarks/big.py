@@ -69,6 +69,7 @@ def write_checkpoint(shape: str, path: Path, seed: int = 0) -> Path:
     spec = dict(SHAPES[shape])
     config = AutoConfig.for_model(spec.pop("model_type"), **spec, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     config.torch_dtype = torch.bfloat16
+    config.architectures = ["LlamaForCausalLM"]  # as hub checkpoints have it (the genai builder reads it)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     tied = {k for k in ("lm_head.weight",) if config.tie_word_embeddings}
