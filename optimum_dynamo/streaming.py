@@ -142,11 +142,10 @@ def fits_in_memory(needed: int) -> bool:
     return not (needed and available and needed > SHARE * available)
 
 
-def wanted(model_id: str, dtype: torch.dtype, hub: dict[str, Any] | None = None) -> bool:
-    """Whether this export streams its weights (see the module's doc)."""
+def wanted(needed: int) -> bool:
+    """Whether an export of `needed` bytes of weights (`export_bytes`) streams them (see the module's doc)."""
     if (switch := forced()) is not None:
         return switch
-    needed = export_bytes(model_id, dtype, hub)
     return needed >= SIZE or not fits_in_memory(needed)
 
 

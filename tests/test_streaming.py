@@ -211,7 +211,7 @@ def test_small_checkpoints_are_not_streamed_by_default(checkpoints, monkeypatch)
     assert streaming.checkpoint_parameters(str(checkpoint)) == {
         "F32": sum(t.numel() for t in load_file(checkpoint / "model.safetensors").values())}
     assert streaming.available_memory() > 0
-    assert not streaming.wanted(str(checkpoint), torch.float32)
+    assert not streaming.wanted(streaming.export_bytes(str(checkpoint), torch.float32))
 
 
 def _declared(path: Path, tensors: dict[str, tuple[str, int]]) -> None:
@@ -240,10 +240,10 @@ def test_the_size_of_the_export_dtype_weights_decides(tmp_path, monkeypatch):
         "c": "model-00002-of-00002.safetensors"}}))
     assert streaming.checkpoint_parameters(str(tmp_path)) == {"BF16": 300_000_000, "F32": 10}
     assert streaming.export_bytes(str(tmp_path), torch.float32) == 1_200_000_040 >= streaming.SIZE
-    assert streaming.wanted(str(tmp_path), torch.float32)
-    assert not streaming.wanted(str(tmp_path), torch.float16)  # 600 MB
+    assert streaming.wanted(streaming.export_bytes(str(tmp_path), torch.float32))
+    assert not streaming.wanted(streaming.export_bytes(str(tmp_path), torch.float16))  # 600 MB
     monkeypatch.setenv(streaming.ENV, "0")
-    assert not streaming.wanted(str(tmp_path), torch.float32)
+    assert not streaming.wanted(streaming.export_bytes(str(tmp_path), torch.float32))
     (tmp_path / "model-00002-of-00002.safetensors").unlink()  # a partial download: not counted from what is there
     assert streaming.weight_files(tmp_path) == []
 

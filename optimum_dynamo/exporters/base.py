@@ -157,15 +157,16 @@ class Exporter:
             ctx.model = target.model.eval()
             return
         dtype = getattr(torch, DTYPES[ctx.options.dtype])
-        if self.backend == "onnx" and streaming.wanted(ctx.model_id, dtype, ctx.options.hub_options):
+        needed = streaming.export_bytes(ctx.model_id, dtype, ctx.options.hub_options) if self.backend == "onnx" else 0
+        if self.backend == "onnx" and streaming.wanted(needed):
             if ctx.options.pt2 or ctx.options.aoti:  # a program of the weights in memory
-                self.in_memory_instead(ctx, dtype, "--pt2/--aoti write the weights from memory", (
+                self.in_memory_instead(needed, "--pt2/--aoti write the weights from memory", (
                     "--pt2/--aoti write the weights from memory: this model's are streamed from the checkpoint "
                     f"(docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0"))
             else:
                 ctx.model = load_weights(ctx, streaming.loading(dtype, ctx.staging / OFFLOAD))
                 ctx.streamed = not (is_state_model(ctx.model) and self.in_memory_instead(
-                    ctx, dtype, "streaming does not cover state-space models yet", (
+                    needed, "streaming does not cover state-space models yet", (
                         f"{ctx.config.model_type}: streaming the weights does not cover state-space models yet "
                         f"(docs: Big models); set {streaming.ENV}=0 to export with the weights in memory")))
         if ctx.streamed:
@@ -181,12 +182,11 @@ class Exporter:
         ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
 
     @staticmethod
-    def in_memory_instead(ctx: ExportContext, dtype: torch.dtype, why: str, refusal: str) -> bool:
+    def in_memory_instead(needed: int, why: str, refusal: str) -> bool:
         """What streaming does not cover (state-space models: their caches are made on the model's device, meta
-        when streamed; --pt2/--aoti) loads the weights in memory when only the size chose streaming and they fit;
-        `refusal` when streaming is forced or they do not fit."""
-        if streaming.forced() or not streaming.fits_in_memory(streaming.export_bytes(ctx.model_id, dtype,
-                                                                                     ctx.options.hub_options)):
+        when streamed; --pt2/--aoti) loads the `needed` bytes of weights in memory when only the size chose
+        streaming and they fit; `refusal` when streaming is forced or they do not fit."""
+        if streaming.forced() or not streaming.fits_in_memory(needed):
             raise ExportError(refusal)
         logger.info("    weights loaded in memory: %s", why)
         return True

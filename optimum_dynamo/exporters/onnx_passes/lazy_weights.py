@@ -1,9 +1,9 @@
 """Weights read from the checkpoint when saved (`streaming.attach`) stay unread through the optimizer.
 
 torch.onnx writes a linear layer's weight as `Transpose(W)`; constant folding would read W and keep the
-transposed array in memory. Here a Transpose of a lazy weight becomes a lazy weight
-itself (transposed when written), and the folding's `should_fold` leaves every other node on a lazy weight
-alone. Graphs without lazy weights are not touched.
+transposed array in memory. Here a Transpose of a lazy weight becomes a lazy weight itself (transposed when
+written), and the folding's `should_fold` leaves every other node on a lazy weight alone. Graphs without lazy
+weights are not touched.
 """
 
 from __future__ import annotations
