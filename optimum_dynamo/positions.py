@@ -31,9 +31,11 @@ def default_positions(model, calls) -> dict[str, str]:
         return {}
     real = mask.bool()
 
-    def logits(position_ids=None):
+    def logits(position_ids=None):  # row by row: these probes need no more memory than a one-row prompt
         with torch.no_grad():
-            return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).logits[real]
+            return torch.cat([model(input_ids=ids[i:i + 1], attention_mask=mask[i:i + 1], use_cache=False,
+                                    position_ids=None if position_ids is None else position_ids[i:i + 1]
+                                    ).logits[0][real[i]] for i in range(ids.shape[0])])
 
     expected = logits()
     tolerance = 1e-3 * max(expected.abs().max().item(), 1.0)

@@ -137,6 +137,31 @@ def test_stepped_generation_equals_generate_on_a_left_padded_batch(model_type):
     assert torch.equal(got, expected)
 
 
+def test_calls_beside_the_recorded_steps_run_one_row():
+    """The capture's calls that are not recorded steps (the zero state, the positions probes) run one row: their
+    prompt path is transformers < 5.15's chunked scan, 8 GiB per row at Falcon-H1's real sizes (docs: Big models).
+    Every mixer call of more than one row is a recorded step."""
+    from optimum_dynamo.capture.drivers import drive_text_generation
+    from optimum_dynamo.capture.observer import InputObserver
+    from optimum_dynamo.positions import default_positions
+    from zoo import tiny_config
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("falcon_h1")).eval()
+    mixers = [m for m in model.modules() if type(m).__name__ == "FalconH1Mixer"]
+    rows = []
+    for mixer in mixers:
+        mixer.register_forward_pre_hook(
+            lambda m, args, kwargs: rows.append((args[0] if args else kwargs["hidden_states"]).shape[0]),
+            with_kwargs=True)
+    with InputObserver(model, "model") as obs:
+        drive_text_generation(model)
+    default_positions(model, obs.calls)
+    batched = sum(1 for r in rows if r > 1)
+    assert {c.kwargs["input_ids"].shape[0] for c in obs.calls} == {2, 3}
+    assert rows.count(1) > 0 and batched == len(obs.calls) * len(mixers)
+
+
 @pytest.mark.parametrize("model_type", ["mamba2", "bamba", "falcon_h1"])
 def test_stepped_prompt_has_the_full_pass_logits(model_type):
     """The Mamba-2 family's prompt stepped one token per call from the zero state, without positions (what the

@@ -49,20 +49,22 @@ def is_state_model(model) -> bool:
 def zero_state(model, batch: int):
     """The model's cache for `batch` rows before the first token: every state zero, keys/values of
     length 0. Made by a forward called directly (`model.forward`), so observers, which hook
-    `model(...)`, do not record it."""
+    `model(...)`, do not record it, on one row and widened to `batch` (the forward's cost is a prompt's: the
+    chunked scan of transformers < 5.15's Mamba-2 mixers takes 8 GiB per row at Falcon-H1's sizes)."""
     from ..flatten import flatten_cache, unflatten_cache
     from ..flatten.states import StateList
 
-    ids = torch.zeros(batch, 1, dtype=torch.long)
+    ids = torch.zeros(1, 1, dtype=torch.long)
     cache = cache_argument.of(model.forward(input_ids=ids, use_cache=True))
     if type(cache) is list:  # a plain list of state tensors (RWKV): the list with a flattening
         cache = StateList(cache)
     own = own_state_cache(model)
     if cache is None and own is not None:  # transformers 4 Jamba/Zamba return no cache unless given one
         cache = cache_argument.of(model.forward(input_ids=ids, use_cache=True,
-                                                **{cache_kwarg(model): _new_cache(own, model, batch)}))
+                                                **{cache_kwarg(model): _new_cache(own, model, 1)}))
     names, tensors, context = flatten_cache(cache)
-    empty = [t[..., :0, :] if n.endswith((".key", ".value")) else torch.zeros_like(t) for n, t in zip(names, tensors)]
+    empty = [t.new_zeros((batch, *t.shape[1:-2], 0, t.shape[-1]) if n.endswith((".key", ".value"))
+                         else (batch, *t.shape[1:])) for n, t in zip(names, tensors)]
     return unflatten_cache(type(cache), context, empty)
 
 
