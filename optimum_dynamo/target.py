@@ -23,7 +23,7 @@ class Target:
     @property
     def task(self) -> Task:
         """The task's capture and runtime (PipelineError when --dynamo does not export it)."""
-        return supported_task(self.task_name)
+        return supported_task(self.task_name, self.config)
 
 
 def load_config(model_id: str, options: ExportOptions):

@@ -8,43 +8,65 @@ from typing import Any, Callable
 
 from legacy_bridge import cache_argument
 
-from .capture import (
-    drive_image_forward,
-    drive_multiple_choice,
-    drive_seq2seq_generation,
-    drive_text_forward,
-    drive_text_generation,
-)
+from .capture import (drive_forward, drive_multiple_choice, drive_seq2seq_generation, drive_text_and_images,
+                      drive_text_generation)
 from .errors import ExportError, PipelineError
 
 
 @dataclass(frozen=True)
 class TaskSpec:
+    """A task as data: how the capture runs the model, what loads the export, which inputs the graph takes."""
+
     driver: Callable | None  # runs the model the way users do, under observation (None: the exporter does)
     runtime_class: str  # class that loads the export, in `runtime_module`
     constants: dict[str, Any] = field(default_factory=dict)  # fixed kwargs of the exported forward
     encoder_decoder: bool = False  # exported as encoder + decoder graphs (exporters/seq2seq.py)
     vision_language: bool = False  # exported as vision, projector, embedding and decoder graphs (exporters/vlm.py)
     runtime_module: str = "optimum.onnxruntime"
+    auto_class: str | None = None  # transformers' auto class that loads the model (None: optimum's for the task)
+    inputs: tuple[str, ...] | None = None  # the graph's inputs (None: the runtime class's forward says)
 
+
+# optimum has no runtime class for these tasks: its generic one feeds the graph's inputs by name and returns its
+# outputs, named after transformers' output fields
+_GENERIC = "ORTModelForCustomTasks"
 
 # Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
 SUPPORTED: dict[str, TaskSpec] = {
     "text-generation": TaskSpec(drive_text_generation, "ORTModelForCausalLM", {"use_cache": True}),
-    "feature-extraction": TaskSpec(drive_text_forward, "ORTModelForFeatureExtraction"),
-    "fill-mask": TaskSpec(drive_text_forward, "ORTModelForMaskedLM"),
-    "text-classification": TaskSpec(drive_text_forward, "ORTModelForSequenceClassification"),
-    "token-classification": TaskSpec(drive_text_forward, "ORTModelForTokenClassification"),
-    "question-answering": TaskSpec(drive_text_forward, "ORTModelForQuestionAnswering"),
+    "feature-extraction": TaskSpec(drive_forward, "ORTModelForFeatureExtraction"),
+    "fill-mask": TaskSpec(drive_forward, "ORTModelForMaskedLM"),
+    "text-classification": TaskSpec(drive_forward, "ORTModelForSequenceClassification"),
+    "token-classification": TaskSpec(drive_forward, "ORTModelForTokenClassification"),
+    "question-answering": TaskSpec(drive_forward, "ORTModelForQuestionAnswering"),
     "multiple-choice": TaskSpec(drive_multiple_choice, "ORTModelForMultipleChoice"),
-    "image-classification": TaskSpec(drive_image_forward, "ORTModelForImageClassification"),
+    "image-classification": TaskSpec(drive_forward, "ORTModelForImageClassification"),
+    "zero-shot-image-classification": TaskSpec(drive_text_and_images, "ORTModelForZeroShotImageClassification"),
+    "semantic-segmentation": TaskSpec(drive_forward, "ORTModelForSemanticSegmentation"),
+    "object-detection": TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",)),
+    "depth-estimation": TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",)),
+    "audio-classification": TaskSpec(drive_forward, "ORTModelForAudioClassification"),
+    "audio-frame-classification": TaskSpec(drive_forward, "ORTModelForAudioFrameClassification"),
+    "audio-xvector": TaskSpec(drive_forward, "ORTModelForAudioXVector"),
     "text2text-generation": TaskSpec(drive_seq2seq_generation, "ORTModelForSeq2SeqLM", encoder_decoder=True),
-    "automatic-speech-recognition": TaskSpec(drive_seq2seq_generation, "ORTModelForSpeechSeq2Seq", encoder_decoder=True),
+    "automatic-speech-recognition": TaskSpec(drive_seq2seq_generation, "ORTModelForSpeechSeq2Seq",
+                                             encoder_decoder=True, auto_class="AutoModelForSpeechSeq2Seq"),
     "image-to-text": TaskSpec(drive_seq2seq_generation, "ORTModelForVision2Seq", encoder_decoder=True),
     # optimum-onnx has no runtime class for it: ours
     "image-text-to-text": TaskSpec(None, "ORTModelForImageTextToText", vision_language=True,
                                    runtime_module="optimum_dynamo"),
 }
+
+# Other forms of a task, for models its first auto class does not map (speech recognition: CTC models)
+VARIANTS: dict[str, list[TaskSpec]] = {
+    "automatic-speech-recognition": [TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC")],
+}
+
+
+def _maps(auto_class: str | None, config) -> bool:
+    import transformers
+
+    return auto_class is not None and type(config) in getattr(transformers, auto_class)._model_mapping
 
 
 ENCODER_DECODER_TASKS = [name for name, spec in SUPPORTED.items() if spec.encoder_decoder]
@@ -64,7 +86,9 @@ class Task:
         return getattr(importlib.import_module(self.spec.runtime_module), self.spec.runtime_class)
 
     def runtime_inputs(self) -> list[str]:
-        """Tensor inputs the runtime class can feed (its forward's parameters)."""
+        """Tensor inputs the runtime class can feed (its forward's parameters, or the task's own list)."""
+        if self.spec.inputs is not None:
+            return list(self.spec.inputs)
         params = inspect.signature(self.runtime_class().forward).parameters
         skip = {"self", "use_cache", "kwargs", "return_dict"}
         if not self.with_past:
@@ -136,17 +160,20 @@ def optimum_task(task: str | None, model_id, config) -> str:
     return base + ("-with-past" if task.endswith("-with-past") else "")
 
 
-def supported_task(name: str) -> Task:
+def supported_task(name: str, config=None) -> Task:
     """optimum's task `name`, for the tasks the dynamo path exports (others are a pipeline limit: the CLI
-    falls back)."""
+    falls back); with `config`, the task's form for that model (`VARIANTS`)."""
     base = name.removesuffix("-with-past")
     if base not in SUPPORTED:
         raise PipelineError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
-    return Task(name, base, name != base, SUPPORTED[base])
+    spec = SUPPORTED[base]
+    if config is not None and not _maps(spec.auto_class, config):
+        spec = next((v for v in VARIANTS.get(base, []) if _maps(v.auto_class, config)), spec)
+    return Task(name, base, name != base, spec)
 
 
 def resolve_task(task: str | None, model_id, config) -> Task:
-    return supported_task(optimum_task(task, model_id, config))
+    return supported_task(optimum_task(task, model_id, config), config)
 
 
 def _forward_params(config) -> set[str]:

@@ -1,10 +1,12 @@
 """Generation capture: observe forward calls, infer export arguments and dynamic shapes."""
 
 from .drivers import (
+    drive_forward,
     drive_image_forward,
     drive_multiple_choice,
     drive_seq2seq_generation,
     drive_text_forward,
+    drive_text_and_images,
     drive_text_generation,
     text_samples,
 )
@@ -16,10 +18,12 @@ __all__ = [
     "CaptureError",
     "ExportArguments",
     "InputObserver",
+    "drive_forward",
     "drive_image_forward",
     "drive_multiple_choice",
     "drive_seq2seq_generation",
     "drive_text_forward",
+    "drive_text_and_images",
     "drive_text_generation",
     "infer_arguments",
     "observe",

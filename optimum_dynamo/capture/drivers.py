@@ -20,7 +20,7 @@ from ..errors import PipelineError
 from ..flatten import is_cache
 from ..quiet import without_message
 from .samples import (FORWARD_TEXTS, NEW_TOKENS, PREFIX, encoder_batches, image_size, optional, pad_and_vocab,
-                      text_batches, text_samples)
+                      text_batches, text_samples, waveform_batches)
 from .stepping import is_state_model, step_generate
 
 
@@ -91,10 +91,39 @@ def drive_state_generation(model, tokenizer=None) -> list[Generation]:
 
 
 @torch.no_grad()
+def drive_forward(model, preprocessor=None) -> None:
+    """A task of one forward (feature extraction, classification, detection, ...) on inputs of the model's
+    modality, as transformers names its main input: text, images or audio."""
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "pixel_values":
+        return drive_image_forward(model, preprocessor)
+    if main == "input_values":
+        for inputs in waveform_batches(model, preprocessor):
+            model(**inputs)
+        return None
+    if main == "input_features":
+        for inputs in encoder_batches(model, processor=preprocessor):
+            model(**inputs)
+        return None
+    return drive_text_forward(model, preprocessor)
+
+
+@torch.no_grad()
 def drive_text_forward(model, tokenizer=None) -> None:
     """Feature extraction, fill-mask, text/token classification, question answering."""
     for inputs in text_batches(model, tokenizer, FORWARD_TEXTS):
         model(**inputs)
+
+
+@torch.no_grad()
+def drive_text_and_images(model, tokenizer=None) -> None:
+    """Zero-shot image classification (CLIP-style dual encoders): label texts and images, their counts varied
+    apart (2 texts x 3 images, then 3 x 2), random pixels at the vision config's size."""
+    vision = getattr(model.config, "vision_config", model.config)
+    channels, size = optional(vision, "num_channels", 3), image_size(vision)
+    g = torch.Generator().manual_seed(0)
+    for texts, images in zip(text_batches(model, tokenizer, FORWARD_TEXTS), (3, 2)):
+        model(**texts, pixel_values=torch.randn(images, channels, size, size, generator=g))
 
 
 @torch.no_grad()

@@ -77,14 +77,15 @@ def forward_params(model) -> set[str]:
 def text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, torch.Tensor]]:
     """Tokenized batches (padded), or random ids of two lengths; only inputs the model takes."""
     params = forward_params(model)
-    vocab = model.config.vocab_size
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    vocab = text.vocab_size  # a dual encoder (CLIP) has it in its text config
     if tokenizer is not None:
         batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
         if all(int(b["input_ids"].max()) < vocab for b in batches):
             return [{k: v for k, v in b.items() if k in params} for b in batches]
     batches = []
     for seed, (batch, length) in enumerate([(2, 6), (3, 11)]):
-        sample = random_sample(batch, length, vocab, optional(model.config, "pad_token_id", 0), seed)
+        sample = random_sample(batch, length, vocab, optional(text, "pad_token_id", 0), seed)
         inputs = {"input_ids": sample.input_ids, "attention_mask": sample.attention_mask}
         if "token_type_ids" in params:
             inputs["token_type_ids"] = torch.zeros_like(sample.input_ids)
@@ -121,6 +122,29 @@ def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
                  for i in range(batch)]
         features = processor(waves, sampling_rate=rate, return_tensors="pt")
         batches.append({"input_features": features["input_features"]})
+    return batches
+
+
+def waveform_batches(model, processor) -> list[dict[str, torch.Tensor]]:
+    """Raw-waveform models (wav2vec2, HuBERT, ...: `input_values`): tones + noise of two lengths (2 x 0.5 s, 3 x
+    0.8 s, one row shorter), through the checkpoint's feature extractor, else transformers' default one for raw
+    waveforms (normalized, zero-padded, no mask: what wav2vec2-base's gives)."""
+    import numpy as np
+
+    if processor is None:
+        from transformers import Wav2Vec2FeatureExtractor
+
+        processor = Wav2Vec2FeatureExtractor()
+    rate = processor.sampling_rate
+    rng = np.random.default_rng(0)
+    params = forward_params(model)
+    batches = []
+    for batch, seconds in ((2, 0.5), (3, 0.8)):
+        lengths = [int(rate * seconds) - (i == batch - 1) * int(rate * seconds / 4) for i in range(batch)]
+        waves = [(0.3 * np.sin(2 * np.pi * (220 + 110 * i) * np.arange(n) / rate)
+                  + 0.01 * rng.standard_normal(n)).astype(np.float32) for i, n in enumerate(lengths)]
+        features = processor(waves, sampling_rate=rate, return_tensors="pt", padding=True)
+        batches.append({k: v for k, v in features.items() if k in params})
     return batches
 
 

@@ -96,17 +96,20 @@ class ExportContext:
 
 @contextlib.contextmanager
 def generation_cache(model, enabled: bool):
-    """`enabled=False`: `generate` runs without a cache, as the runtime runs a graph without past inputs
-    (the whole sequence in every call)."""
-    config = getattr(model, "generation_config", None)
-    if enabled or config is None:
-        yield
-        return
-    saved, config.use_cache = config.use_cache, False
+    """`enabled=False`: the model runs without a cache, as the runtime runs a graph without past inputs (the
+    whole sequence in every call): `generate` and plain calls (a decoder's hidden states for feature-extraction
+    would otherwise come with the cache a forward returns by default)."""
+    configs = [c for c in (getattr(model, "generation_config", None), getattr(model, "config", None))
+               if c is not None and getattr(c, "use_cache", None)]
+    saved = [c.use_cache for c in configs]
     try:
+        if not enabled:
+            for config in configs:
+                config.use_cache = False
         yield
     finally:
-        config.use_cache = saved
+        for config, value in zip(configs, saved):
+            config.use_cache = value
 
 
 class Exporter:
@@ -179,7 +182,7 @@ class Exporter:
             ctx.model = load_weights(ctx)
             if ctx.options.dtype != "fp32":  # --dtype: captured, exported and validated in that dtype
                 ctx.model.to(dtype)
-        ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading)
+        ctx.tokenizer = preprocessor(ctx.model_id, ctx.options.loading, *_preprocessors(ctx.model))
 
     @staticmethod
     def in_memory_instead(needed: int, why: str, refusal: str) -> bool:
@@ -198,12 +201,13 @@ class Exporter:
 
     def components(self, ctx: ExportContext) -> list[Component]:
         """One graph of the whole model, observed while the task's driver runs it."""
-        cached = ctx.task.with_past or ctx.task.base != "text-generation"
+        cached = ctx.task.with_past
         if ctx.task.with_past and ctx.task.base == "text-generation":
             check_takes_cache(ctx.model, ctx.config.model_type, ctx.task.name)
             if is_state_model(ctx.model) and (warning := supported.state_cache_warning(ctx.config.model_type)):
                 logger.warning(warning)
-        with forward_adapter(ctx.model, ctx.options.model_kwargs), generation_cache(ctx.model, cached), \
+        fed = None if ctx.task.base == "text-generation" else ctx.task.model_inputs(ctx.model)  # generate: its own
+        with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed), generation_cache(ctx.model, cached), \
                 InputObserver(ctx.model, "model") as obs:
             ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
         ctx.observer = obs
@@ -293,7 +297,7 @@ def load_weights(ctx: ExportContext, loading: dict | None = None):
     mis-shaped weights are the checkpoint's problem: one line; running out of memory is not (the stage runner
     names the stage)."""
     try:
-        return _load_model(_tasks_auto_class(ctx.task.base), ctx.model_id, ctx.config,
+        return _load_model(_tasks_auto_class(ctx.task), ctx.model_id, ctx.config,
                            {**ctx.options.loading, **(loading or {})})
     except Exception as e:
         if out_of_memory(e):
@@ -412,6 +416,14 @@ def preprocessor(model_id: str, kwargs: dict, autos: tuple[str, ...] = ("AutoTok
     return None
 
 
+def _preprocessors(model) -> tuple[tuple[str, ...], ...]:
+    """The auto classes of the preprocessor the capture feeds the model through, by its main input (audio models:
+    the feature extractor, although CTC checkpoints also have a tokenizer, for their output)."""
+    if getattr(model, "main_input_name", None) in ("input_values", "input_features"):
+        return (("AutoFeatureExtractor",),)
+    return ()
+
+
 def model_kwargs(model, kwargs: dict | None) -> dict:
     """`--model-kwargs`: keyword arguments of the model's forward, returned to be passed in every call.
     A transformers 5 forward takes the output switches (`output_hidden_states`, ...) through `**kwargs`,
@@ -436,15 +448,18 @@ def _config_flags(model) -> dict:
 
 
 @contextlib.contextmanager
-def forward_adapter(module, kwargs: dict | None, *others):
+def forward_adapter(module, kwargs: dict | None, *others, inputs: list[str] | None = None):
     """While capturing: every call of `module` (and `others`, e.g. an encoder generate calls directly) gets
-    `kwargs` (`--model-kwargs`), and floating inputs in the module's dtype (`--dtype`: samples are float32)."""
+    `kwargs` (`--model-kwargs`), and floating inputs in the module's dtype (`--dtype`: samples are float32).
+    `inputs`: the only tensors `module` is given, those its runtime class feeds (ORTModelForCTC: no mask)."""
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
     fixed = model_kwargs(module, kwargs)
 
     def adapt(mod, args, call_kwargs):
         cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
         if mod is module:
+            if inputs is not None:
+                call_kwargs = {k: v for k, v in call_kwargs.items() if k in inputs or not isinstance(v, torch.Tensor)}
             call_kwargs = {**call_kwargs, **fixed}
         return tuple(cast(a) for a in args), {k: cast(v) for k, v in call_kwargs.items()}
 
@@ -456,10 +471,13 @@ def forward_adapter(module, kwargs: dict | None, *others):
             handle.remove()
 
 
-def _tasks_auto_class(base_task: str):
+def _tasks_auto_class(task):
+    import transformers
     from optimum.exporters.tasks import TasksManager
 
     from legacy_bridge import transformers5
 
+    if task.spec.auto_class is not None:
+        return getattr(transformers, task.spec.auto_class)
     transformers5.reapply()  # names optimum looks up on transformers (e.g. AutoModelForVision2Seq on 5.x)
-    return TasksManager.get_model_class_for_task(base_task, library="transformers")
+    return TasksManager.get_model_class_for_task(task.base, library="transformers")

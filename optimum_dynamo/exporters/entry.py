@@ -34,7 +34,7 @@ def export_target(target: Target, output, options: ExportOptions) -> ExportConte
     """Export a resolved `target` (see `target.resolve`): the CLI resolves once and falls back with the same."""
     task = target.task_name.removesuffix("-with-past")
     vision_language = task in VISION_LANGUAGE_TASKS
-    encoder_decoder = task in ENCODER_DECODER_TASKS or (
+    encoder_decoder = (task in ENCODER_DECODER_TASKS and target.task.spec.encoder_decoder) or (
         vision_language and getattr(target.config, "is_encoder_decoder", False))  # T5Gemma 2
     if encoder_decoder and options.monolith:
         from ..flags import FlagError

@@ -57,4 +57,6 @@ def flat_outputs(output: Any) -> dict[str, torch.Tensor]:
         elif isinstance(value, (tuple, list)):  # nested too (switch_transformers' per-layer router tuples)
             for i, item in enumerate(value):
                 flat.update(flat_outputs({f"{field}.{i}": item}))
+        elif isinstance(value, dict):  # a nested output (CLIP's text_model_output.last_hidden_state)
+            flat.update(flat_outputs({f"{field}.{k}": v for k, v in value.items()}))
     return flat
