@@ -127,7 +127,7 @@ def test_model_kwargs_reach_the_forward(bare_checkpoints, tmp_path):
         f"hidden_states.{i}" for i in range(3)]
 
 
-def test_slim_runs_onnxslim_when_installed(checkpoints, tmp_path):
+def test_slim_runs_onnxslim_when_installed(checkpoints, dynamo_exports, tmp_path):
     """T4 installs onnxslim (T5 does not: there --slim is refused, above)."""
     if importlib.util.find_spec("onnxslim") is None:
         pytest.skip("onnxslim is not installed: --slim is refused")
@@ -136,10 +136,9 @@ def test_slim_runs_onnxslim_when_installed(checkpoints, tmp_path):
 
     from parity import assert_causal_lm_parity, padded_batch
 
-    plain, slim = tmp_path / "plain", tmp_path / "slim"
-    for out, extra in ((plain, []), (slim, ["--slim"])):
-        run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), *extra, out)
-        assert run.returncode == 0, run.stderr[-2000:]
+    plain, slim = dynamo_exports("llama"), tmp_path / "slim"  # the session's export without --slim
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), "--slim", slim)
+    assert run.returncode == 0, run.stderr[-2000:]
     nodes = [len(onnx.load(str(d / "model.onnx"), load_external_data=False).graph.node) for d in (plain, slim)]
     assert nodes[1] < nodes[0], nodes  # onnxslim ran on the saved graph
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoints("llama")).eval()
