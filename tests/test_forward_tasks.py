@@ -136,3 +136,38 @@ def test_other_tasks_load_in_runtime_class_with_parity(model_type, task, runtime
             assert diff < ATOL, f"{name} differs by {diff:.3e}"
             compared += 1
     assert compared >= 1
+
+
+@pytest.mark.parametrize("files", [pytest.param("bare", marks=_SLOW if ON_5 else ()),
+                                   pytest.param("tokenizer", marks=() if ON_5 else _SLOW)])  # one each (CI's time)
+def test_token_types_the_model_computes_itself(files, tmp_path):
+    """BigBird's question answering computes its token types from the question's length when given none, not
+    zeros (what the runtime class feeds then). A checkpoint without a tokenizer: the graph takes no token types and
+    computes the model's own (parity without them). With a tokenizer that makes them: the graph takes them and the
+    export says what a user who leaves them out gets."""
+    import transformers
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    torch.manual_seed(0)
+    config = tiny_config("big_bird", max_position_embeddings=64, sep_token_id=2)
+    transformers.BigBirdForQuestionAnswering(config).eval().save_pretrained(checkpoint)
+    if files == "tokenizer":
+        tiny_tokenizer(128).save_pretrained(checkpoint)
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
+                      "question-answering", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    warning = ("    token_type_ids: BigBirdForQuestionAnswering computes its own when given none, not zeros; "
+               "ORTModelForQuestionAnswering feeds zeros when given none: pass the tokenizer's token_type_ids")
+    assert (warning in run.stderr.splitlines()) == (files == "tokenizer")
+    ort_model = ort.ORTModelForQuestionAnswering.from_pretrained(out)
+    assert ("token_type_ids" in ort_model.input_names) == (files == "tokenizer")
+    if files == "bare":
+        torch_model = transformers.BigBirdForQuestionAnswering.from_pretrained(checkpoint).eval()
+        ids = torch.randint(3, 128, (4, 9), generator=torch.Generator().manual_seed(3))
+        mask = torch.ones_like(ids)
+        mask[0, :3] = 0
+        with torch.no_grad():
+            expected = torch_model(input_ids=ids, attention_mask=mask)
+        got = ort_model(input_ids=ids, attention_mask=mask)
+        for name in ("start_logits", "end_logits"):
+            assert (got[name] - expected[name])[mask.bool()].abs().max().item() < ATOL

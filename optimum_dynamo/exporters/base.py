@@ -29,6 +29,7 @@ from .. import flatten, patches, quiet, streaming, supported
 from ..flatten import flat_outputs
 from ..flatten.naming import OUTPUT_PREFIX
 from ..capture import CaptureError, InputObserver, infer_arguments
+from ..capture.samples import zeros_are_default
 from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError, describe, out_of_memory
 from ..flags import DTYPES
@@ -212,6 +213,7 @@ class Exporter:
             ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
         ctx.observer = obs
         logger.info("    %s", obs.summary())
+        _warn_unlike_the_runtime_fill(ctx, obs.calls)
         if ctx.task.with_past and ctx.task.base == "text-generation":
             check_cache_returned(obs.calls, ctx.config.model_type, ctx.task.name)
         forward = inspect.signature(ctx.model.forward).parameters
@@ -252,6 +254,16 @@ class Exporter:
                         quiet.printed_graphs():
                     part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
+
+
+def _warn_unlike_the_runtime_fill(ctx: ExportContext, calls) -> None:
+    """The tokenizer gives token_type_ids, but the model computes others when given none (BigBird's question
+    answering): the graph takes them, and a user who leaves them out gets the runtime class's zeros instead."""
+    first = next((c.kwargs for c in calls if "token_type_ids" in c.kwargs and "input_ids" in c.kwargs), None)
+    if first is None or ctx.task.base == "text-generation" or zeros_are_default(ctx.model, first, "token_type_ids"):
+        return
+    logger.warning("    token_type_ids: %s computes its own when given none, not zeros; %s feeds zeros when given "
+                   "none: pass the tokenizer's token_type_ids", type(ctx.model).__name__, ctx.task.spec.runtime_class)
 
 
 def _no_cache(model_type: str, task: str) -> PipelineError:
