@@ -63,9 +63,7 @@ def _library(value: str | None) -> str | None:
     if value in (None, "transformers"):
         return None
     if value == "sentence_transformers":
-        return ("sentence-transformers models (pooling + normalisation) are not exported by --dynamo yet; export "
-                "the transformer with --library-name transformers --task feature-extraction and pool in your code, "
-                "or export without --dynamo")
+        return None
     return f"{value} models are not exported by --dynamo; export without --dynamo"
 
 
@@ -112,8 +110,8 @@ FLAGS: dict[str, Flag] = {
     "trust_remote_code": Flag("--trust-remote-code", HONOURED, "allows the checkpoint's own code", "trust_remote_code"),
     "pad_token_id": Flag("--pad_token_id", HONOURED, "set as the config's pad_token_id (used by capture, saved in "
                          "config.json)", "pad_token_id"),
-    "library_name": Flag("--library-name", HONOURED, "transformers; sentence_transformers, timm and diffusers are "
-                         "refused", check=_library),
+    "library_name": Flag("--library-name", HONOURED, "transformers or sentence_transformers (inferred as optimum "
+                         "does when not given); timm and diffusers are refused", "library", check=_library),
     "model_kwargs": Flag("--model-kwargs", HONOURED, "keyword arguments of the model's forward, passed in every "
                          "captured call and fixed in the graph (not image-text-to-text yet)", "model_kwargs"),
     "no_dynamic_axes": Flag("--no-dynamic-axes", REFUSED, "is not supported with --dynamo: every axis that can vary "

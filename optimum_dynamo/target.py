@@ -10,7 +10,8 @@ from typing import Any
 
 from .errors import ExportError, first_line
 from .options import ExportOptions
-from .tasks import Task, optimum_task, supported_task
+from .sentence_embeddings import is_sentence_transformers
+from .tasks import Task, library_task, optimum_task, supported_task
 
 
 @dataclass(frozen=True)
@@ -19,11 +20,12 @@ class Target:
     config: Any
     task_name: str  # as optimum names it, e.g. "text-generation-with-past"
     model: Any = None  # an in-memory model, exported as it is
+    library: str = "transformers"  # or "sentence_transformers"
 
     @property
     def task(self) -> Task:
         """The task's capture and runtime (PipelineError when --dynamo does not export it)."""
-        return supported_task(self.task_name, self.config)
+        return supported_task(self.task_name, self.config, self.library)
 
 
 def load_config(model_id: str, options: ExportOptions):
@@ -56,7 +58,10 @@ def resolve(model, options: ExportOptions, default_task: str | None = None) -> T
         name = getattr(model, "name_or_path", "") or type(model).__name__
         return Target(name, model.config, optimum_task(task, model, model.config), model)
     config = load_config(str(model), options)
-    return Target(str(model), config, optimum_task(task, str(model), config))
+    library = options.library or ("sentence_transformers" if is_sentence_transformers(str(model)) else "transformers")
+    if library == "sentence_transformers":
+        task = library_task(task, library)
+    return Target(str(model), config, optimum_task(task, str(model), config), library=library)
 
 
 __all__ = ["Target", "load_config", "resolve"]

@@ -25,6 +25,7 @@ class TaskSpec:
     runtime_module: str = "optimum.onnxruntime"
     auto_class: str | None = None  # transformers' auto class that loads the model (None: optimum's for the task)
     inputs: tuple[str, ...] | None = None  # the graph's inputs (None: the runtime class's forward says)
+    streams: bool = True  # weights streamed from the checkpoint when big (docs: Big models)
 
 
 # optimum has no runtime class for these tasks: its generic one feeds the graph's inputs by name and returns its
@@ -57,6 +58,21 @@ SUPPORTED: dict[str, TaskSpec] = {
                                    runtime_module="optimum_dynamo"),
 }
 
+# Tasks of other libraries than transformers: (library, task) -> how it is exported
+LIBRARY_TASKS: dict[tuple[str, str], TaskSpec] = {
+    # the model's modules in order (pooling, normalization): optimum's outputs for it (sentence_embeddings.py)
+    ("sentence_transformers", "feature-extraction"): TaskSpec(
+        drive_forward, _GENERIC, inputs=("input_ids", "attention_mask", "token_type_ids"), streams=False,
+        auto_class="optimum_dynamo.sentence_embeddings.SentenceEmbedder"),
+}
+
+
+def library_task(task: str | None, library: str) -> str:
+    """The task of a library's model: sentence-transformers models are embedding models (optimum's
+    "sentence-similarity" is the same export)."""
+    return "feature-extraction" if task in (None, "auto", "sentence-similarity") else task
+
+
 # Other forms of a task, for models its first auto class does not map (speech recognition: CTC models)
 VARIANTS: dict[str, list[TaskSpec]] = {
     "automatic-speech-recognition": [TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC")],
@@ -66,7 +82,7 @@ VARIANTS: dict[str, list[TaskSpec]] = {
 def _maps(auto_class: str | None, config) -> bool:
     import transformers
 
-    return auto_class is not None and type(config) in getattr(transformers, auto_class)._model_mapping
+    return auto_class is not None and "." not in auto_class and type(config) in getattr(transformers, auto_class)._model_mapping
 
 
 ENCODER_DECODER_TASKS = [name for name, spec in SUPPORTED.items() if spec.encoder_decoder]
@@ -160,10 +176,15 @@ def optimum_task(task: str | None, model_id, config) -> str:
     return base + ("-with-past" if task.endswith("-with-past") else "")
 
 
-def supported_task(name: str, config=None) -> Task:
+def supported_task(name: str, config=None, library: str = "transformers") -> Task:
     """optimum's task `name`, for the tasks the dynamo path exports (others are a pipeline limit: the CLI
-    falls back); with `config`, the task's form for that model (`VARIANTS`)."""
+    falls back); with `config`, the task's form for that model (`VARIANTS`); another `library`'s own rows."""
     base = name.removesuffix("-with-past")
+    if library != "transformers":
+        if (library, base) not in LIBRARY_TASKS:
+            known = ", ".join(t for lib, t in LIBRARY_TASKS if lib == library)
+            raise PipelineError(f"task {base!r} of {library} models is not supported by --dynamo yet (supported: {known})")
+        return Task(name, base, name != base, LIBRARY_TASKS[library, base])
     if base not in SUPPORTED:
         raise PipelineError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
     spec = SUPPORTED[base]

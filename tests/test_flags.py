@@ -54,7 +54,6 @@ def test_usage_docs_show_the_table():
 REFUSED = [
     (["--dtype", "bf16"], "--dtype bf16: onnxruntime's CPU provider has no bfloat16 kernels"),
     (["--device", "cuda"], "--device cuda: no CUDA device is available"),
-    (["--library-name", "sentence_transformers"], "--library-name sentence_transformers: sentence-transformers models"),
     (["--library-name", "timm"], "--library-name timm: timm models are not exported by --dynamo"),
     (["--no-dynamic-axes"], "--no-dynamic-axes is not supported with --dynamo"),
     (["--variant", "split"], "--variant split: optimum's export variants are OnnxConfig layouts"),

@@ -163,7 +163,11 @@ class Exporter:
         dtype = getattr(torch, DTYPES[ctx.options.dtype])
         needed = streaming.export_bytes(ctx.model_id, dtype, ctx.options.hub_options) if self.backend == "onnx" else 0
         if self.backend == "onnx" and streaming.wanted(needed):
-            if ctx.options.pt2 or ctx.options.aoti:  # a program of the weights in memory
+            if not ctx.task.spec.streams:
+                self.in_memory_instead(needed, f"streaming does not cover {ctx.target.library} models yet", (
+                    f"streaming the weights does not cover {ctx.target.library} models yet (docs: Big models); set "
+                    f"{streaming.ENV}=0 to export with the weights in memory"))
+            elif ctx.options.pt2 or ctx.options.aoti:  # a program of the weights in memory
                 self.in_memory_instead(needed, "--pt2/--aoti write the weights from memory", (
                     "--pt2/--aoti write the weights from memory: this model's are streamed from the checkpoint "
                     f"(docs: Big models); drop --pt2/--aoti or set {streaming.ENV}=0"))
@@ -484,11 +488,16 @@ def forward_adapter(module, kwargs: dict | None, *others, inputs: list[str] | No
 
 
 def _tasks_auto_class(task):
+    import importlib
+
     import transformers
     from optimum.exporters.tasks import TasksManager
 
     from legacy_bridge import transformers5
 
+    if task.spec.auto_class is not None and "." in task.spec.auto_class:  # a class of ours (module.Class)
+        module, name = task.spec.auto_class.rsplit(".", 1)
+        return getattr(importlib.import_module(module), name)
     if task.spec.auto_class is not None:
         return getattr(transformers, task.spec.auto_class)
     transformers5.reapply()  # names optimum looks up on transformers (e.g. AutoModelForVision2Seq on 5.x)
