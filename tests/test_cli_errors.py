@@ -31,3 +31,17 @@ def test_unknown_task(checkpoints, tmp_path):
 def test_without_dynamo_the_flag_is_listed_in_help():
     run = optimum_cli("export", "onnx", "--help")
     assert run.returncode == 0 and "--dynamo" in run.stdout
+
+
+def test_decoder_classification_without_a_pad_token(bare_checkpoints, tmp_path):
+    """A decoder's sequence classification finds each row's last token by the pad id: a config without one cannot
+    run the capture's batches; one line names the option that sets it (no fallback, nothing written)."""
+    out = tmp_path / "nested" / "out"
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", bare_checkpoints("llama"), "--task",
+                      "text-classification", out)
+    assert run.returncode != 0
+    assert _error_lines(run) == [
+        "optimum-cli export onnx --dynamo: error: LlamaForSequenceClassification runs one row at a time without a pad "
+        "token, and its config has no pad_token_id: pass --pad_token_id N (the tokenizer's pad or eos id)"]
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "nested").exists()

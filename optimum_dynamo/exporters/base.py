@@ -214,7 +214,14 @@ class Exporter:
         fed = None if ctx.task.base == "text-generation" else ctx.task.model_inputs(ctx.model)  # generate: its own
         with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed), generation_cache(ctx.model, cached), \
                 InputObserver(ctx.model, "model") as obs:
-            ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
+            try:
+                ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
+            except ValueError as e:  # a decoder's sequence classification finds each row's last token by its pad id
+                if "no padding token" not in str(e):
+                    raise
+                raise ExportError(f"{type(ctx.model).__name__} runs one row at a time without a pad token, and its "
+                                  "config has no pad_token_id: pass --pad_token_id N (the tokenizer's pad or eos id)"
+                                  ) from e
         ctx.observer = obs
         logger.info("    %s", obs.summary())
         _warn_unlike_the_runtime_fill(ctx, obs.calls)
