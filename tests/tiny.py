@@ -158,6 +158,8 @@ _SIZES = {
     "resnet": dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"),
     "segformer": dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
                       num_attention_heads=[1, 2], decoder_hidden_size=16, num_labels=4, image_size=32),
+    "glpn": dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], num_attention_heads=[1, 2],
+                 decoder_hidden_size=16, patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2]),
     "yolos": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=[32, 32],
                   patch_size=8, num_detection_tokens=5, num_labels=3),
     "clip": dict(text_config=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -170,6 +172,7 @@ _SIZES = {
                                   conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,
                                   num_conv_pos_embedding_groups=2, vocab_size=20), num_labels=3),
     "hubert": dict(_W2V, num_labels=3),
+    "wav2vec2:xvector": dict(_W2V, tdnn_dim=(16, 16), tdnn_kernel=(3, 1), tdnn_dilation=(1, 1), xvector_output_dim=8),
     # encoder-decoders (seq2seq, speech)
     "t5": dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, vocab_size=128,
                decoder_start_token_id=0),
@@ -195,7 +198,7 @@ def tiny_config(model_type: str, **overrides):
 
     kwargs = dict(_SIZES.get(model_type, _DECODER), **overrides)
     kwargs = {k: v for k, v in kwargs.items() if v is not None or k not in _DECODER}  # None drops a size
-    config = AutoConfig.for_model(model_type, **kwargs)
+    config = AutoConfig.for_model(model_type.split(":")[0], **kwargs)  # "type:variant": a variant's sizes
     config.pad_token_id = 0
     config.bos_token_id, config.eos_token_id = 1, 2
     return config
