@@ -78,7 +78,8 @@ def text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, tor
     """Tokenized batches (padded), or random ids of two lengths; only inputs the model takes."""
     params = forward_params(model)
     text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    vocab = text.vocab_size  # a dual encoder (CLIP) has it in its text config
+    # a dual encoder (CLIP) has it in its text config; a character model (CANINE) has none: code points below 256
+    vocab = getattr(text, "vocab_size", None) or 256
     if tokenizer is not None:
         batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
         if all(int(b["input_ids"].max()) < vocab for b in batches):
