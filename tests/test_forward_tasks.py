@@ -176,3 +176,22 @@ def test_token_types_the_model_computes_itself(files, tmp_path):
         got = ort_model(input_ids=ids, attention_mask=mask)
         for name in ("start_logits", "end_logits"):
             assert (got[name] - expected[name])[mask.bool()].abs().max().item() < ATOL
+
+
+@pytest.mark.skipif(ON_5, reason="CI's time: transformers 4.57's CANINE is the measured case")
+def test_an_axis_the_model_fixes_is_named(tmp_path):
+    """CANINE's forward turns the sequence length into Python numbers (it fixes the axis torch.export was told
+    varies): one line names the inputs, axes and sizes; no graph for one length is written."""
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    torch.manual_seed(0)
+    config = transformers.CanineConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                       downsampling_rate=2, num_hash_functions=2, num_hash_buckets=64,
+                                       local_transformer_stride=4)
+    transformers.CanineModel(config).eval().save_pretrained(checkpoint)  # no vocab_size: code points are its ids
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
+                      "feature-extraction", out)
+    assert run.returncode != 0 and not out.exists()
+    assert ("optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: the model's code fixes "
+            "input_ids's sequence_length to 11, attention_mask's sequence_length to 11, token_type_ids's "
+            "sequence_length to 11 (a Python number made from a tensor's size): a graph that takes other sizes cannot "
+            "be traced from it); no fallback: --no-fallback") in run.stderr.splitlines()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -263,8 +264,11 @@ class Exporter:
                     streaming.hooks_off(ctx.model):
                 with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
                         quiet.printed_graphs():
-                    part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
-                                                       dynamic_shapes=args.dynamic_shapes, strict=part.strict)
+                    try:
+                        part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
+                                                           dynamic_shapes=args.dynamic_shapes, strict=part.strict)
+                    except torch._dynamo.exc.UserError as e:
+                        raise _fixed_axes(e, args.axis_names) or e
 
 
 def _warn_unlike_the_runtime_fill(ctx: ExportContext, calls) -> None:
@@ -275,6 +279,22 @@ def _warn_unlike_the_runtime_fill(ctx: ExportContext, calls) -> None:
         return
     logger.warning("    token_type_ids: %s computes its own when given none, not zeros; %s feeds zeros when given "
                    "none: pass the tokenizer's token_type_ids", type(ctx.model).__name__, ctx.task.spec.runtime_class)
+
+
+_SPECIALIZED = re.compile(r"You marked L\['(\w+)'\]\.size\(\)\[(\d+)\] as dynamic but your code specialized it to be a "
+                          r"constant \((\d+)\)")
+
+
+def _fixed_axes(error: Exception, axis_names: dict) -> PipelineError | None:
+    """torch.export's "Constraints violated" when the model's code fixes an axis the capture saw vary: one line naming
+    the axes and their sizes (a graph for one length would be wrong for every other)."""
+    found = _SPECIALIZED.findall(str(error))
+    if not found:
+        return None
+    axes = ", ".join(f"{name}'s {axis_names.get(name, {}).get(int(axis), f'axis {axis}')} to {size}"
+                     for name, axis, size in found)
+    return PipelineError(f"the model's code fixes {axes} (a Python number made from a tensor's size): a graph that "
+                         "takes other sizes cannot be traced from it")
 
 
 def _no_cache(model_type: str, task: str) -> PipelineError:
