@@ -74,12 +74,18 @@ def forward_params(model) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
+def vocab_size(config) -> int:
+    """The size of the text vocabulary: the text config's (multimodal models, dual encoders like CLIP, T5Gemma 2's
+    encoder), FSMT's source vocabulary, or code points below 256 for a character model (CANINE: none named)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "vocab_size", None) or getattr(config, "src_vocab_size", None) or 256
+
+
 def text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, torch.Tensor]]:
     """Tokenized batches (padded), or random ids of two lengths; only inputs the model takes."""
     params = forward_params(model)
     text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    # a dual encoder (CLIP) has it in its text config; a character model (CANINE) has none: code points below 256
-    vocab = getattr(text, "vocab_size", None) or 256
+    vocab = vocab_size(model.config)
     if tokenizer is not None:
         batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
         if all(int(b["input_ids"].max()) < vocab for b in batches):
@@ -189,7 +195,8 @@ def encoder_batches(model, tokenizer=None, processor=None) -> list[dict[str, tor
         return _speech_batches(model, processor)
     if main == "pixel_values":
         return _image_batches(model, processor)
-    encoder = model.get_encoder().config  # EncoderDecoderModel: its encoder's own config has the vocabulary
+    # EncoderDecoderModel: its encoder's own config has the vocabulary (FSMT's encoder has no config of its own)
+    encoder = getattr(model.get_encoder(), "config", model.config)
     pad = optional(model.config, "pad_token_id", optional(encoder, "pad_token_id", 0))
     return [{"input_ids": s.input_ids, "attention_mask": s.attention_mask}
-            for s in text_samples(tokenizer, encoder.vocab_size, pad)]
+            for s in text_samples(tokenizer, vocab_size(encoder), pad)]
