@@ -97,12 +97,13 @@ class ExportContext:
 
 
 @contextlib.contextmanager
-def generation_cache(model, enabled: bool):
-    """`enabled=False`: the model runs without a cache, as the runtime runs a graph without past inputs (the
-    whole sequence in every call): `generate` and plain calls (a decoder's hidden states for feature-extraction
-    would otherwise come with the cache a forward returns by default)."""
-    configs = [c for c in (getattr(model, "generation_config", None), getattr(model, "config", None))
-               if c is not None and getattr(c, "use_cache", None)]
+def generation_cache(model, enabled: bool, plain_calls: bool = False):
+    """`enabled=False`: `generate` runs without a cache, as the runtime runs a graph without past inputs (the
+    whole sequence in every call); with `plain_calls`, the model's own calls too (a decoder's hidden states for
+    feature-extraction would otherwise come with the cache a forward returns by default)."""
+    # transformers 5's GenerationConfig leaves use_cache None (the model's config decides): set it all the same
+    configs = [c for c in (getattr(model, "generation_config", None), plain_calls and getattr(model, "config", None))
+               if c and hasattr(c, "use_cache")]
     saved = [c.use_cache for c in configs]
     try:
         if not enabled:
@@ -213,8 +214,9 @@ class Exporter:
             if is_state_model(ctx.model) and (warning := supported.state_cache_warning(ctx.config.model_type)):
                 logger.warning(warning)
         fed = None if ctx.task.base == "text-generation" else ctx.task.model_inputs(ctx.model)  # generate: its own
-        with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed), generation_cache(ctx.model, cached), \
-                InputObserver(ctx.model, "model") as obs:
+        plain = ctx.task.base != "text-generation"  # a task of plain calls: no cache from them either
+        with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed), \
+                generation_cache(ctx.model, cached, plain_calls=plain), InputObserver(ctx.model, "model") as obs:
             try:
                 ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
             except ValueError as e:  # a decoder's sequence classification finds each row's last token by its pad id
