@@ -275,9 +275,12 @@ class Exporter:
 
 def _warn_unlike_the_runtime_fill(ctx: ExportContext, calls) -> None:
     """The tokenizer gives token_type_ids, but the model computes others when given none (BigBird's question
-    answering): the graph takes them, and a user who leaves them out gets the runtime class's zeros instead."""
+    answering): the graph takes them, and a user who leaves them out gets the runtime class's zeros instead.
+    Without a tokenizer the samples asked already (`text_batches`: zeros only where they are the default)."""
+    if ctx.tokenizer is None or ctx.task.base == "text-generation":
+        return
     first = next((c.kwargs for c in calls if "token_type_ids" in c.kwargs and "input_ids" in c.kwargs), None)
-    if first is None or ctx.task.base == "text-generation" or zeros_are_default(ctx.model, first, "token_type_ids"):
+    if first is None or zeros_are_default(ctx.model, first, "token_type_ids"):
         return
     logger.warning("    token_type_ids: %s computes its own when given none, not zeros; %s feeds zeros when given "
                    "none: pass the tokenizer's token_type_ids", type(ctx.model).__name__, ctx.task.spec.runtime_class)
