@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import onnx_ir as ir
 import torch
 
@@ -34,6 +35,7 @@ SHARE = 0.5  # of the available memory the export-dtype weights may take before 
 SIZE = 2**30  # export-dtype weights that stream whatever the memory (0.84B: 0.34x the memory, no slower)
 DISK = "every module on disk"  # `loading`'s device map, made per model class by `device_map`
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+BLOCK = 64 * 2**20  # bytes of a tensor written at once (`CheckpointTensor`)
 
 
 def available_memory() -> int:
@@ -260,10 +262,80 @@ def sources(model: torch.nn.Module) -> dict[str, Any]:
     return found
 
 
+class CheckpointTensor(ir.LazyTensor):
+    """A streamed parameter (`stored`: its safetensors file and tensor name), its 2-D transpose (`perm`) or either
+    with leading axes of 1 (`leading`): read whole when a pass asks for its values; written to the external-data
+    file `block` bytes at a time, rows (the transpose's: columns) sliced from the file, and read by the quantizer
+    a few columns at a time, so neither holds a whole tensor (a tied 151936 x 896 embedding is 544 MB in fp32,
+    and the head reads its transpose)."""
+
+    def __init__(self, read, stored: Any, convert, block: int = BLOCK, perm: tuple[int, ...] | None = None,
+                 leading: int = 0, **kwargs):
+        super().__init__(read, **kwargs)
+        self.stored, self.convert, self.block, self.perm, self.leading = stored, convert, block, perm, leading
+
+    def _derived(self, read, name: str, shape: list[int], **changes) -> CheckpointTensor:
+        fields = {"perm": self.perm, "leading": self.leading, **changes}
+        return CheckpointTensor(read, self.stored, self.convert, self.block, **fields, dtype=self.dtype,
+                                shape=ir.Shape(shape), name=name)
+
+    def transposed(self, perm: list[int], read, name: str) -> ir.LazyTensor:
+        shape = [self.shape[p] for p in perm]
+        if self.perm is not None or self.leading or list(perm) != [1, 0]:
+            return ir.LazyTensor(read, dtype=self.dtype, shape=ir.Shape(shape), name=name)
+        return self._derived(read, name, shape, perm=(1, 0))
+
+    def unsqueezed(self, read, name: str) -> CheckpointTensor:
+        """The same tensor with one more leading axis of 1."""
+        return self._derived(read, name, [1, *self.shape], leading=self.leading + 1)
+
+    @contextlib.contextmanager
+    def _file(self) -> Iterator[Any]:
+        """The tensor's safetensors slice (rows of the stored layout), or None: not stored as the graph reads it."""
+        dims = tuple(self.shape)[self.leading:]
+        if not isinstance(self.stored, tuple) or not dims:
+            yield None
+            return
+        from safetensors import safe_open
+
+        with safe_open(self.stored[0], framework="pt") as checkpoint:
+            stored = checkpoint.get_slice(self.stored[1])
+            expected = tuple(dims[p] for p in (self.perm or range(len(dims))))
+            yield stored if tuple(stored.get_shape()) == expected else None  # else read() says why
+
+    def tofile(self, file) -> None:
+        with self._file() as stored:
+            if stored is None or self.nbytes <= self.block:
+                return super().tofile(file)
+            count = self.shape[self.leading]
+            rows = max(1, self.block * count // self.nbytes)
+            for start in range(0, count, rows):
+                block = stored[:, start:start + rows].t() if self.perm else stored[start:start + rows]
+                self.convert(block).tofile(file)
+
+    def column_blocks(self, width: int) -> Iterator[np.ndarray] | None:
+        """A 2-D tensor's columns, `width` at a time, each read from the file alone (the quantizer's blocks); None
+        where the file does not hold it as the graph reads it."""
+        with self._file() as stored:
+            if stored is None or len(self.shape) - self.leading != 2:
+                return None
+
+        def blocks() -> Iterator[np.ndarray]:
+            with self._file() as stored:
+                for start in range(0, self.shape[-1], width):
+                    block = stored[start:start + width].t() if self.perm else stored[:, start:start + width]
+                    yield self.convert(block).numpy()
+
+        return blocks()
+
+
 def attach(model: ir.Model, torch_model: torch.nn.Module, dtype: torch.dtype) -> int:
     """Every initializer that is a streamed parameter reads its tensor from the checkpoint when written
     (in `dtype`); returns how many."""
     found = sources(torch_model)
+    stored = {f"{prefix}.{name}" if prefix else name: _stored_as(module, name, param)
+              for prefix, module in torch_model.named_modules() for name, param in module._parameters.items()
+              if param is not None and param.is_meta}
     count = 0
     for name, value in model.graph.initializers.items():
         if name not in found or value.const_value is None:
@@ -271,13 +343,18 @@ def attach(model: ir.Model, torch_model: torch.nn.Module, dtype: torch.dtype) ->
         weights, key = found[name]
         shape = ir.Shape(value.const_value.shape)
 
-        def read(weights=weights, key=key, shape=shape):
-            tensor = weights[key].to(dtype).contiguous()
-            if tuple(tensor.shape) != tuple(shape):
-                raise ExportError(f"the checkpoint's {key} has shape {tuple(tensor.shape)}, the graph {tuple(shape)}")
+        def convert(tensor: torch.Tensor) -> ir.Tensor:
+            tensor = tensor.to(dtype).contiguous()
             return ir.tensor(tensor.numpy() if dtype != torch.bfloat16 else tensor)
 
-        value.const_value = ir.LazyTensor(read, dtype=value.const_value.dtype, shape=shape, name=name)
+        def read(weights=weights, key=key, shape=shape):
+            tensor = weights[key]
+            if tuple(tensor.shape) != tuple(shape):
+                raise ExportError(f"the checkpoint's {key} has shape {tuple(tensor.shape)}, the graph {tuple(shape)}")
+            return convert(tensor)
+
+        value.const_value = CheckpointTensor(read, stored[name], convert, dtype=value.const_value.dtype, shape=shape,
+                                             name=name)
         count += 1
     return count
 
@@ -290,6 +367,6 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 module._buffers[name] = buffer.to(dtype)
 
 
-__all__ = ["DISK", "ENV", "SIZE", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
+__all__ = ["BLOCK", "DISK", "ENV", "SIZE", "CheckpointTensor", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
            "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off", "is_streamed", "loading",
            "local_checkpoint", "return_freed_blocks", "sources", "wanted", "weight_files"]

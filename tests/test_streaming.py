@@ -160,6 +160,51 @@ def test_a_weight_over_the_budget_runs_in_blocks_of_columns(dtype):
         np.testing.assert_allclose(got, expected, atol=1e-5 if dtype == np.float32 else 2e-2, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_weight_is_written_in_blocks_of_rows_with_the_bytes_of_the_whole(tmp_path, dtype):
+    """The save stage writes a streamed weight bigger than a block a few rows at a time, read from its safetensors
+    file (bf16, as checkpoints come), never whole, and so is its transpose (a tied head's, also as [1, K, N]):
+    the bytes of the whole tensor converted at once, and its columns as the quantizer reads them; a stored shape
+    that is not the graph's is read whole, where the shape check speaks."""
+    import onnx_ir as ir
+    from safetensors.torch import save_file
+
+    weight = torch.randn(37, 11).to(torch.bfloat16)
+    save_file({"embed.weight": weight, "odd": weight[:5].clone()}, tmp_path / "model.safetensors")
+
+    def convert(tensor):
+        tensor = tensor.to(dtype).contiguous()
+        return ir.tensor(tensor.numpy() if dtype != torch.bfloat16 else tensor)
+
+    whole = convert(weight)
+    stored = (str(tmp_path / "model.safetensors"), "embed.weight")
+    def read_whole():
+        raise AssertionError("read whole")
+
+    blocked = streaming.CheckpointTensor(read_whole, stored, convert, block=100, dtype=whole.dtype,
+                                         shape=whole.shape)
+    head = blocked.transposed([1, 0], read_whole, "head")  # the tied head reads the embedding's transpose
+    assert tuple(head.shape) == (11, 37)
+    wide = head.unsqueezed(read_whole, "wide")  # stored [1, K, N] (`unpack_vocab`)
+    assert tuple(wide.shape) == (1, 11, 37)
+    for tensor, expected in ((blocked, whole), (head, convert(weight.t())), (wide, convert(weight.t()))):
+        with open(tmp_path / "blocked", "wb") as file:
+            tensor.tofile(file)
+        assert (tmp_path / "blocked").read_bytes() == expected.tobytes()
+        if dtype != torch.bfloat16:  # the quantizer's reads (fp32, fp16): columns a few at a time
+            columns = np.concatenate(list(tensor.column_blocks(4)), axis=1)
+            np.testing.assert_array_equal(columns, expected.numpy())
+
+    def refuse():
+        raise streaming.ExportError("the checkpoint's odd has shape (5, 11), the graph (37, 11)")
+
+    odd = streaming.CheckpointTensor(refuse, (stored[0], "odd"), convert, block=100, dtype=whole.dtype,
+                                     shape=whole.shape)
+    with open(tmp_path / "odd", "wb") as file, pytest.raises(streaming.ExportError, match="has shape"):
+        odd.tofile(file)
+    assert odd.column_blocks(4) is None
+
+
 def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_path):
     """bf16, three shards and an index, the head tied to the embedding, as 7B-70B checkpoints come: exported in
     fp32 with its weights streamed, ORTModelForCausalLM gives the greedy tokens of PyTorch's model loaded in fp32

@@ -23,9 +23,13 @@ def reads_lazy(node: ir.Node) -> bool:
 
 
 def _transposed(tensor: ir.TensorProtocol, perm: list[int], name: str) -> ir.LazyTensor:
+    def read():
+        return ir.tensor(np.ascontiguousarray(np.transpose(tensor.numpy(), perm)))
+
+    if hasattr(tensor, "transposed"):  # streaming.CheckpointTensor: written in blocks
+        return tensor.transposed(perm, read, name)
     shape = ir.Shape([tensor.shape[p] for p in perm])
-    return ir.LazyTensor(lambda: ir.tensor(np.ascontiguousarray(np.transpose(tensor.numpy(), perm))),
-                         dtype=tensor.dtype, shape=shape, name=name)
+    return ir.LazyTensor(read, dtype=tensor.dtype, shape=shape, name=name)
 
 
 def lazy_transposes(model: ir.Model) -> int:

@@ -69,12 +69,16 @@ class _Blocks:
 
     def part(self, index: int) -> ir.Tensor:
         if self._made is None:
-            k, n = self._tensor.shape[-2:]
-            weight = self._tensor.numpy().reshape(k, n)
             # blocks run along K, so columns quantize independently: a few at a time, each copied contiguous
-            # (the packer reads raw memory; folded weights are transposed views) -- no full-size copy at once
-            parts = [self._quantizer.qbits_block_quant(np.ascontiguousarray(weight[:, i:i + _COLUMNS]))[:2]
-                     for i in range(0, n, _COLUMNS)]
+            # (the packer reads raw memory; folded weights are transposed views) -- no full-size copy at once;
+            # a weight streamed from the checkpoint reads each block alone (`streaming.CheckpointTensor`)
+            reader = getattr(self._tensor, "column_blocks", None)
+            columns = reader(_COLUMNS) if reader else None
+            if columns is None:
+                k, n = self._tensor.shape[-2:]
+                weight = self._tensor.numpy().reshape(k, n)
+                columns = (weight[:, i:i + _COLUMNS] for i in range(0, n, _COLUMNS))
+            parts = [self._quantizer.qbits_block_quant(np.ascontiguousarray(block))[:2] for block in columns]
             self._made, self._left = tuple(np.concatenate(p, axis=0) for p in zip(*parts)), {0, 1}
         array = self._made[index]
         self._left.discard(index)

@@ -29,8 +29,14 @@ def unpack_wide_weights(model: ir.Model) -> int:
         if weight is None or weight.shape[1] < WIDE_OUTPUT or rank < 3:  # [1, K, N] keeps a 3D+ result's shape
             continue
         value = node.inputs[1]
-        value.const_value = ir.LazyTensor(lambda weight=weight: ir.tensor(weight.numpy()[None]), dtype=weight.dtype,
-                                          shape=ir.Shape([1, *weight.shape]), name=value.name)
+        def read(weight=weight):
+            return ir.tensor(weight.numpy()[None])
+
+        if hasattr(weight, "unsqueezed"):  # streaming.CheckpointTensor: still written and quantized in blocks
+            value.const_value = weight.unsqueezed(read, value.name)
+        else:
+            value.const_value = ir.LazyTensor(read, dtype=weight.dtype, shape=ir.Shape([1, *weight.shape]),
+                                              name=value.name)
         value.shape = ir.Shape(value.const_value.shape)
         changed += 1
     return changed
