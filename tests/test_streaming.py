@@ -39,14 +39,21 @@ def _streamed(checkpoint: Path, out: Path, *flags) -> Path:
 
 @pytest.mark.parametrize("model_type, flags", [
     ("mixtral", ()),
-    ("llama", ("--optimize", "O3", "--quantize", "int4")),
+    ("tied qwen2", ("--optimize", "O3", "--quantize", "int4")),
     pytest.param("llama", ("--dtype", "fp16"), marks=pytest.mark.slow),
 ], ids=["mixtral-fp32", "O3-int4", "fp16"])
 def test_streamed_export_writes_the_same_bytes(checkpoints, dynamo_exports, tmp_path, model_type, flags):
     """Mixtral's checkpoint stores one tensor per expert: transformers 4 runs them as modules (the export's
     dense-experts patch must reach a module under an offload hook), transformers 5 stacks them on load.
-    Without flags, the session's export of the checkpoint (a tiny model: in memory) is the reference."""
-    checkpoint = checkpoints(model_type)
+    The tied qwen2's embedding (512 x 32) is above constant folding's size limit: its head, read through a
+    Transpose, is quantized both ways. Without flags, the session's export of the checkpoint (a tiny model: in
+    memory) is the reference."""
+    if model_type == "tied qwen2":
+        from tiny import save_tiny_decoder
+
+        checkpoint = save_tiny_decoder("qwen2", tmp_path / "tied", tie_word_embeddings=True, vocab_size=512)
+    else:
+        checkpoint = checkpoints(model_type)
     streamed = _streamed(checkpoint, tmp_path / "streamed", *flags)
     in_memory = dynamo_exports(model_type) if not flags else tmp_path / "in_memory"
     if flags:
@@ -55,6 +62,8 @@ def test_streamed_export_writes_the_same_bytes(checkpoints, dynamo_exports, tmp_
     assert "weights" not in json.loads((in_memory / "optimum_dynamo.json").read_text())
     for name in ("model.onnx", "model.onnx_data"):
         assert (streamed / name).read_bytes() == (in_memory / name).read_bytes(), name
+    if "int4" in flags:  # 2 layers x (packed qkv, o, packed gate-up, down) and the head
+        assert json.loads((streamed / "optimum_dynamo.json").read_text())["quantization"]["quantized"] == 9
     _assert_pieces_match_the_whole_graph(streamed / "model.onnx")
 
 
@@ -88,7 +97,7 @@ def _assert_pieces_match_the_whole_graph(path: Path) -> None:
     from optimum_dynamo.validate.piecewise import PiecewiseSession
 
     whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    pieces = PiecewiseSession(path, budget=(path.parent / "model.onnx_data").stat().st_size // 6)
+    pieces = PiecewiseSession(path, budget=(path.parent / "model.onnx_data").stat().st_size // 12)
     assert len(pieces.pieces) >= 5
     assert [(p.name, p.shape, p.type) for p in pieces.get_inputs()] == [(p.name, p.shape, p.type) for p in whole.get_inputs()]
     assert [p.name for p in pieces.get_outputs()] == [p.name for p in whole.get_outputs()]

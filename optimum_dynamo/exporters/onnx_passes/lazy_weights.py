@@ -2,8 +2,9 @@
 
 torch.onnx writes a linear layer's weight as `Transpose(W)`; constant folding would read W and keep the
 transposed array in memory. Here a Transpose of a lazy weight becomes a lazy weight itself (transposed when
-written), and the folding's `should_fold` leaves every other node on a lazy weight alone. Graphs without lazy
-weights are not touched.
+written), and the folding's `should_fold` leaves every other node on a lazy weight alone. A weight read elsewhere
+too (a tied head's embedding) gets the same, streamed or not: constant folding leaves a large one's Transpose in
+the graph, where the quantizer does not see a constant head; with this, both ways write the same graph.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ def reads_lazy(node: ir.Node) -> bool:
     return any(is_lazy(v) for v in node.inputs)
 
 
+def _shared_initializer(value: ir.Value | None) -> bool:
+    """A weight read elsewhere too (a tied head's embedding): constant folding leaves its Transpose when it is large."""
+    return value is not None and value.is_initializer() and value.const_value is not None and len(value.uses()) > 1
+
+
 def _transposed(tensor: ir.TensorProtocol, perm: list[int], name: str) -> ir.LazyTensor:
     def read():
         return ir.tensor(np.ascontiguousarray(np.transpose(tensor.numpy(), perm)))
@@ -37,7 +43,7 @@ def lazy_transposes(model: ir.Model) -> int:
     graph, count = model.graph, 0
     for node in list(graph):
         source = node.inputs[0] if node.op_type == "Transpose" and node.domain == "" and node.inputs else None
-        if not is_lazy(source) or source.is_graph_output():
+        if not (is_lazy(source) or _shared_initializer(source)) or source.is_graph_output():
             continue
         rank = len(source.const_value.shape)
         perm = list(node.attributes.get_ints("perm", list(range(rank))[::-1]))
