@@ -14,11 +14,15 @@ import threading
 from pathlib import Path
 
 import pytest
+import transformers
 from conftest import optimum_cli
 
 from optimum_dynamo.staging import PREFIX
 
 PROGRAM = "optimum-cli export onnx --dynamo: error: "
+# Faults of the process and the file system (a signal, a full disk, a file-size limit, a killed run's staging): the same
+# code whatever transformers and torch. CI runs them with transformers 4 (T4); with 5 they are under `slow`.
+PROCESS_FAULT = pytest.mark.slow if transformers.__version__ >= "5" else pytest.mark.usefixtures()
 
 
 def tree_hash(path: Path) -> str:
@@ -222,6 +226,7 @@ def _hold_staging(out: Path) -> subprocess.Popen:
     return proc
 
 
+@PROCESS_FAULT
 def test_stale_staging_of_a_killed_run_is_removed_not_a_live_one(checkpoints, tmp_path):
     """A run killed with SIGKILL leaves its staging dir; the next export beside it removes it, keeps the
     one of a live run and the user's files in the existing output dir (the overwrite rule)."""
@@ -251,6 +256,7 @@ def _limit_file_size(limit: int):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
+@PROCESS_FAULT
 def test_file_size_limit_while_saving(checkpoints, tmp_path):
     out = tmp_path / "out"
     before = tree_hash(checkpoints("llama"))
@@ -329,6 +335,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+@PROCESS_FAULT
 def test_disk_full_while_saving(checkpoints, small_disk):
     """The export does not fit the disk: one line naming the full disk, nothing left on it. (Where the writer
     drops the errno, numpy's `tofile` on big weights, the free space is measured before the cleanup frees it:
@@ -358,6 +365,7 @@ def _interrupt(model: Path, out: Path, at_line: str, signum: int):
     return proc.returncode, "".join(seen) + rest
 
 
+@PROCESS_FAULT
 @pytest.mark.parametrize("signum, at_line", [
     (signal.SIGINT, "torch.export"),
     pytest.param(signal.SIGTERM, "torch.export", marks=pytest.mark.slow),
