@@ -3,11 +3,12 @@ PYTEST_ARGS ?=
 SMOKE_ARGS ?=
 
 ZOO_ARGS ?=
+ZOO_TASKS_ARGS ?=
 # optimum-onnx's unreleased main branch (T4main, T5main): the newest snapshot in the workplace's shared/vendor
 # (see its README.md); empty in a clone without one, whose T4main/T5main targets then skip with one line.
 OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
 
-.PHONY: bench-big lane-t4 lane-t5 zoo env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
+.PHONY: bench-big lane-t4 lane-t5 zoo zoo-tasks env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -166,6 +167,14 @@ zoo: env-t4 env-t5
 	for v in t4 t5; do ( for k in causal seq2seq speech vlm; do HF_HUB_OFFLINE=1 .venv-$$v/bin/python tests/zoo.py \
 	  --kind $$k --json .zoo/$$v-$$k.json $(ZOO_ARGS) > .zoo/$$v-$$k.log 2>&1; done ) & done; wait
 	.venv-t5/bin/python tests/zoo.py --table .zoo/t4-*.json .zoo/t5-*.json --docs docs/status.md
+
+# On demand, not in CI: the same for the tasks that do not generate (tests/zoo_tasks.py --help; the whole of
+# feature-extraction's mapping is 600 types: ZOO_TASKS_ARGS="--task fill-mask ..." picks tasks).
+zoo-tasks: env-t4 env-t5
+	mkdir -p .zoo
+	for v in t4 t5; do HF_HUB_OFFLINE=1 .venv-$$v/bin/python tests/zoo_tasks.py --json .zoo/$$v-tasks.json \
+	  $(ZOO_TASKS_ARGS) > .zoo/$$v-tasks.log 2>&1 & done; wait
+	.venv-t5/bin/python tests/zoo_tasks.py --table .zoo/t4-tasks.json .zoo/t5-tasks.json --docs docs/status.md
 
 # On demand, not in CI (about 10 minutes a row on 2 cores; torch 2.15 is a 5.7 GB CUDA build, one base venv per
 # torch version): the version matrix, per row the wheel's smoke set, the decoder sweep's default subset, seq2seq

@@ -85,7 +85,7 @@ OVERRIDES: dict[str, tuple[dict, str]] = {
 }
 
 
-def _versions() -> dict:
+def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
@@ -222,7 +222,7 @@ def _small_token_ids(config) -> None:
             top -= 1
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
 
@@ -304,7 +304,7 @@ def step_build(kind: str, model_type: str, directory: Path) -> dict:
         model.save_pretrained(directory / "checkpoint")
         tokenizer.save_pretrained(directory / "checkpoint")
     except Exception as e:  # PyTorch cannot run it: outside the population
-        return {"viable": False, "reason": _one_line(e)}
+        return {"viable": False, "reason": one_line(e)}
     torch.save({"inputs": inputs, "logits": logits, "tokens": tokens, "rows": rows}, directory / "reference.pt")
     return {"viable": True}
 
@@ -323,7 +323,7 @@ def step_check(kind: str, directory: Path) -> dict:
         keep = inputs["attention_mask"].bool() if kind == "causal" else slice(None)
         diff = (logits[keep] - reference["logits"][keep]).abs().max().item()
     except Exception as e:
-        return {"ok": False, "reason": f"runtime: {_one_line(e)}"}
+        return {"ok": False, "reason": f"runtime: {one_line(e)}"}
     note = ""
     if not torch.equal(tokens, reference["tokens"]):
         rows = reference.get("rows")
@@ -335,8 +335,9 @@ def step_check(kind: str, directory: Path) -> dict:
     return {"ok": True, "max_abs": diff, "note": note}
 
 
-def _child(*args: str, timeout: int = 900, **options) -> dict:
-    run = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout,
+def child(*args: str, timeout: int = 900, script: str = __file__, **options) -> dict:
+    """`script ARGS` in a child process: the JSON of its last line, or why it failed."""
+    run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=timeout,
                          **options)
     lines = run.stdout.strip().splitlines()
     if run.returncode != 0 or not lines:
@@ -347,12 +348,32 @@ def _child(*args: str, timeout: int = 900, **options) -> dict:
     return json.loads(lines[-1])
 
 
-def _cli_error(stderr: str) -> str:
+def cli_error(stderr: str) -> str:
     errors = [line for line in stderr.splitlines() if ": error: " in line]
     if errors:
         return errors[-1].split(": error: ", 1)[1][:300]
     tail = [line for line in stderr.splitlines() if line.strip()]
     return (tail[-1] if tail else "no output")[:300]
+
+
+def cli_export(directory: Path, task: str) -> dict:
+    """The real `optimum-cli export onnx --dynamo` of DIRECTORY/checkpoint into DIRECTORY/onnx: its wall time, then
+    the outcome where it failed, else which exporter wrote it (dynamo, or the torchscript fallback and why)."""
+    cli = Path(sys.executable).parent / "optimum-cli"
+    start = time.perf_counter()
+    try:
+        export = subprocess.run([str(cli), "export", "onnx", "--dynamo", "--model", str(directory / "checkpoint"),
+                                 "--task", task, str(directory / "onnx")], capture_output=True, text=True,
+                                timeout=EXPORT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"outcome": "fail", "reason": f"export over {EXPORT_TIMEOUT} s", "export_s": EXPORT_TIMEOUT}
+    seconds = round(time.perf_counter() - start, 1)
+    if export.returncode != 0:
+        return {"export_s": seconds, "outcome": "refused", "reason": cli_error(export.stderr)}
+    manifest = json.loads((directory / "onnx" / "optimum_dynamo.json").read_text())
+    if manifest["exporter"] == "torchscript-fallback":
+        return {"export_s": seconds, "exporter": "fallback", "fallback_reason": manifest.get("fallback_reason", "")}
+    return {"export_s": seconds, "exporter": "dynamo"}
 
 
 def run_one(model_type: str, root: Path, kind: str = "causal") -> dict:
@@ -361,27 +382,16 @@ def run_one(model_type: str, root: Path, kind: str = "causal") -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "vlm":
         return run_vlm_one(model_type, directory)
-    row = {"model_type": model_type, **_child("--step", "build", kind, model_type, str(directory))}
+    row = {"model_type": model_type, **child("--step", "build", kind, model_type, str(directory))}
     if not row["viable"]:
         return row
-    cli = Path(sys.executable).parent / "optimum-cli"
-    start = time.perf_counter()
-    try:
-        export = subprocess.run([str(cli), "export", "onnx", "--dynamo", "--model", str(directory / "checkpoint"),
-                                 "--task", KINDS[kind].task, str(directory / "onnx")], capture_output=True, text=True,
-                                timeout=EXPORT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return {**row, "outcome": "fail", "reason": f"export over {EXPORT_TIMEOUT} s", "export_s": EXPORT_TIMEOUT}
-    row["export_s"] = round(time.perf_counter() - start, 1)
-    if export.returncode != 0:
-        return {**row, "outcome": "refused", "reason": _cli_error(export.stderr)}
-    manifest = json.loads((directory / "onnx" / "optimum_dynamo.json").read_text())
-    check = _child("--step", "check", kind, str(directory))
-    exporter = "fallback" if manifest["exporter"] == "torchscript-fallback" else "dynamo"
+    row.update(cli_export(directory, KINDS[kind].task))
+    if "outcome" in row:
+        return row
+    check = child("--step", "check", kind, str(directory))
+    exporter = row.pop("exporter")
     row.update(outcome=exporter if check["ok"] else "fail", reason=check.get("reason", ""),
                max_abs=check.get("max_abs"), **({"note": check["note"]} if check.get("note") else {}))
-    if exporter == "fallback":
-        row["fallback_reason"] = manifest.get("fallback_reason", "")
     return row
 
 
@@ -428,7 +438,7 @@ def _class(kind: str, name: str):
     try:
         found = find(name)
     except ImportError as e:  # torchvision-only image processors
-        raise Stage("processor", f"{name}: {_one_line(e)}") from e
+        raise Stage("processor", f"{name}: {one_line(e)}") from e
     if found is None:
         raise Stage("processor", f"{name} not found (a library it needs is not installed?)")
     return found
@@ -491,7 +501,7 @@ def _video_processor(model_type: str):
     try:
         return video_processing_auto.video_processor_class_from_name(names[0])()
     except (ImportError, TypeError) as e:
-        raise Stage("processor", f"{names[0]}: {_one_line(e)}") from e
+        raise Stage("processor", f"{names[0]}: {one_line(e)}") from e
 
 
 def _sides(value) -> dict:
@@ -625,7 +635,7 @@ def _processor(model_type: str, model, overrides: dict | None = None):
         except Exception as e:  # BertTokenizerFast reads a normalizer the tiny tokenizer has not
             if expected is None:
                 raise
-            raise Stage("processor", f"{expected.__name__} over the tiny tokenizer: {_one_line(e)}") from e
+            raise Stage("processor", f"{expected.__name__} over the tiny tokenizer: {one_line(e)}") from e
         subs = {k: None for k, p in params.items() if p.default is inspect.Parameter.empty and k != "self"
                 and p.kind is p.POSITIONAL_OR_KEYWORD}
         subs.update({k: tokenizer for k in params if k.endswith("tokenizer")})  # InstructBLIP's qformer_tokenizer too
@@ -645,19 +655,19 @@ def _processor(model_type: str, model, overrides: dict | None = None):
             words = [w.strip("'\"`.,").removesuffix("_id") for w in str(e).split()]
             missing = [w for w in words if w.endswith("_token")]
             if not missing or missing[-1] in tokens:
-                raise Stage("processor", _one_line(e)) from e
+                raise Stage("processor", one_line(e)) from e
             tokens[missing[-1]] = f"<{missing[-1]}>"
         except TypeError as e:  # "Received a PreTrainedTokenizerFast for argument tokenizer, but a X was expected"
             names = re.findall(r"\w+TokenizerFast", str(e).split("but a", 1)[-1])
             if "argument tokenizer" not in str(e) or not names or expected is not None:
-                raise Stage("processor", _one_line(e)) from e
+                raise Stage("processor", one_line(e)) from e
             expected = getattr(transformers, names[0])
         except KeyError as e:  # a token it looks up in the vocabulary (Fuyu's |SPEAKER|)
             if not isinstance(e.args[0], str) or e.args[0] in tokens.values():
-                raise Stage("processor", _one_line(e)) from e
+                raise Stage("processor", one_line(e)) from e
             tokens[f"token_{len(tokens)}"] = e.args[0]
         except Exception as e:
-            raise Stage("processor", _one_line(e)) from e
+            raise Stage("processor", one_line(e)) from e
     raise Stage("processor", "too many special tokens asked for")
 
 
@@ -760,12 +770,12 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
             _scaled_pixel_pairs(model_type, config)
             _within_shrunk_sizes(config)
         except Exception as e:
-            raise Stage("config", _one_line(e)) from e
+            raise Stage("config", one_line(e)) from e
         try:
             torch.manual_seed(0)
             model = AutoModelForImageTextToText.from_config(config).eval()
         except Exception as e:
-            raise Stage("config", f"model: {_one_line(e)}") from e
+            raise Stage("config", f"model: {one_line(e)}") from e
         _draw_zero_weights(model)
         model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
         overrides = {}
@@ -773,11 +783,11 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
             try:
                 processor = _processor(model_type, model, overrides)
             except ImportError as e:  # a torchvision-only class
-                raise Stage("processor", _one_line(e)) from e
+                raise Stage("processor", one_line(e)) from e
             try:
                 batch = _vlm_batch(processor)
             except Exception as e:
-                raise Stage("processor", f"inputs: {_one_line(e)}") from e
+                raise Stage("processor", f"inputs: {one_line(e)}") from e
             _token_ids_from(processor, model.config, batch["input_ids"])
             # the reference is the saved checkpoint's, which the export loads: the token ids are set in the config after
             # the model is built, and a module may read one when built (T5Gemma 2's end-of-image embedding)
@@ -794,7 +804,7 @@ def step_build_vlm(model_type: str, directory: Path) -> dict:
             except Exception as e:
                 overrides = _image_token_count(model, batch, processor) if attempt == 0 and "tokens" in str(e) else {}
                 if not overrides:
-                    raise Stage("pytorch generate", _one_line(e)) from e
+                    raise Stage("pytorch generate", one_line(e)) from e
     except Stage as e:
         return {"viable": False, "status": "fail", "stage": e.stage, "reason": e.reason}
     mask = inputs.get("attention_mask")
@@ -816,7 +826,7 @@ def step_check_vlm(directory: Path) -> dict:
             tokens = model.generate(**reference["inputs"], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                     do_sample=False)
     except Exception as e:
-        return {"ok": False, "reason": f"runtime: {_one_line(e)}"}
+        return {"ok": False, "reason": f"runtime: {one_line(e)}"}
     if not torch.equal(tokens, reference["tokens"]):
         return {"ok": False, "reason": "greedy tokens differ from PyTorch's"}
     return {"ok": True}
@@ -830,7 +840,7 @@ def _bounded():
 
 def _vlm_child(*args: str) -> dict:
     try:
-        return _child(*args, timeout=ROW_TIMEOUT, preexec_fn=_bounded)
+        return child(*args, timeout=ROW_TIMEOUT, preexec_fn=_bounded)
     except subprocess.TimeoutExpired:
         return {"viable": False, "ok": False, "reason": f"over {ROW_TIMEOUT} s"}
 
@@ -851,7 +861,7 @@ def run_vlm_one(model_type: str, directory: Path) -> dict:
         return {**row, "status": "fail", "stage": "export", "reason": f"over {ROW_TIMEOUT} s", "export_s": ROW_TIMEOUT}
     row["export_s"] = round(time.perf_counter() - start, 1)
     if export.returncode != 0:
-        return {**row, "status": "fail", "stage": "export", "reason": _cli_error(export.stderr)}
+        return {**row, "status": "fail", "stage": "export", "reason": cli_error(export.stderr)}
     check = _vlm_child("--step", "check", "vlm", str(directory))
     if not check.get("ok"):
         return {**row, "status": "fail", "stage": "parity", "reason": check.get("reason", "")}
@@ -861,7 +871,7 @@ def run_vlm_one(model_type: str, directory: Path) -> dict:
 def run(types: list[str], out: Path, root: Path, kind: str = "causal", merge: bool = False) -> None:
     """Rows into `out`; with `merge`, into the results already there (same mapping and versions): the rows of
     these types are replaced, the others kept."""
-    results = {"versions": _versions(), "date": time.strftime("%Y-%m-%d"), "mapping": KINDS[kind].mapping,
+    results = {"versions": versions(), "date": time.strftime("%Y-%m-%d"), "mapping": KINDS[kind].mapping,
                "planned": types, "rows": []}
     if merge and out.exists():
         old = json.loads(out.read_text())
@@ -973,18 +983,32 @@ def table(paths: list[Path]) -> str:
     return "\n".join(lines).rstrip()
 
 
+def shared_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every zoo script (this one, zoo_tasks.py)."""
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--only", nargs="*", help="these model types only")
+    parser.add_argument("--work", type=Path, default=None, help="checkpoints and exports (default: a temp dir)")
+    parser.add_argument("--table", nargs="*", type=Path, help="print the markdown tables of these results")
+    parser.add_argument("--docs", type=Path, help="with --table: write them between this script's markers of this page")
+    parser.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
+
+
+def show_table(args: argparse.Namespace, text: str, begin: str = BEGIN, end: str = END) -> None:
+    """--table: printed, or with --docs written between the page's `begin` and `end` markers."""
+    if not args.docs:
+        print(text)
+        return
+    head, rest = args.docs.read_text().split(begin, 1)
+    args.docs.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, help="write the results here")
+    shared_arguments(parser)
     parser.add_argument("--kind", choices=KINDS, default="causal", help="which auto mapping (default: causal)")
-    parser.add_argument("--only", nargs="*", help="these model types only")
     parser.add_argument("--merge", action="store_true", help="replace these types' rows in an existing --json")
     parser.add_argument("--unlisted", action="store_true",
                         help="only the types the decoder sweep (tests/test_decoder_sweep.py) does not name")
-    parser.add_argument("--work", type=Path, default=None, help="checkpoints and exports (default: a temp dir)")
-    parser.add_argument("--table", nargs="*", type=Path, help="print the markdown table of these results")
-    parser.add_argument("--docs", type=Path, help="with --table: write it between the zoo markers of this page")
-    parser.add_argument("--step", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:
         step, kind, *rest = args.step
@@ -995,13 +1019,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     if args.table:
-        text = table(args.table)
-        if args.docs:
-            page = args.docs.read_text()
-            head, rest = page.split(BEGIN, 1)
-            args.docs.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
-        else:
-            print(text)
+        show_table(args, table(args.table))
         return
     import tempfile
 
