@@ -221,11 +221,15 @@ def hooks_off(model: torch.nn.Module) -> Iterator[None]:
 def _stored_as(module: torch.nn.Module, name: str, param: torch.nn.Parameter) -> Any:
     """What a parameter reads: its checkpoint file and tensor name (tied ones read the same, `alias_tied`; the
     hooks make a new meta parameter per module after each call, so identity no longer tells), else itself."""
-    weights = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+    return _stored_in(getattr(getattr(module, "_hf_hook", None), "weights_map", None), name) or id(param)
+
+
+def _stored_in(weights: Any, name: str) -> tuple[str, str] | None:
+    """(safetensors file, tensor name) of `name` in an offload hook's weights map, if a safetensors file has it."""
     entry = getattr(getattr(weights, "dataset", None), "index", {}).get(f"{getattr(weights, 'prefix', '')}{name}")
     if entry and "safetensors_file" in entry:
         return entry["safetensors_file"], entry.get("weight_name")
-    return id(param)
+    return None
 
 
 def alias_tied(model: torch.nn.Module) -> None:
@@ -269,7 +273,7 @@ class CheckpointTensor(ir.LazyTensor):
     a few columns at a time, so neither holds a whole tensor (a tied 151936 x 896 embedding is 544 MB in fp32,
     and the head reads its transpose)."""
 
-    def __init__(self, read, stored: Any, convert, block: int = BLOCK, perm: tuple[int, ...] | None = None,
+    def __init__(self, read, stored: tuple[str, str] | None, convert, block: int = BLOCK, perm: tuple[int, ...] | None = None,
                  leading: int = 0, **kwargs):
         super().__init__(read, **kwargs)
         self.stored, self.convert, self.block, self.perm, self.leading = stored, convert, block, perm, leading
@@ -293,7 +297,7 @@ class CheckpointTensor(ir.LazyTensor):
     def _file(self) -> Iterator[Any]:
         """The tensor's safetensors slice (rows of the stored layout), or None: not stored as the graph reads it."""
         dims = tuple(self.shape)[self.leading:]
-        if not isinstance(self.stored, tuple) or not dims:
+        if self.stored is None or not dims:
             yield None
             return
         from safetensors import safe_open
@@ -332,10 +336,11 @@ class CheckpointTensor(ir.LazyTensor):
 def attach(model: ir.Model, torch_model: torch.nn.Module, dtype: torch.dtype) -> int:
     """Every initializer that is a streamed parameter reads its tensor from the checkpoint when written
     (in `dtype`); returns how many."""
+    def convert(tensor: torch.Tensor) -> ir.Tensor:
+        tensor = tensor.to(dtype).contiguous()
+        return ir.tensor(tensor.numpy() if dtype != torch.bfloat16 else tensor)
+
     found = sources(torch_model)
-    stored = {f"{prefix}.{name}" if prefix else name: _stored_as(module, name, param)
-              for prefix, module in torch_model.named_modules() for name, param in module._parameters.items()
-              if param is not None and param.is_meta}
     count = 0
     for name, value in model.graph.initializers.items():
         if name not in found or value.const_value is None:
@@ -343,18 +348,14 @@ def attach(model: ir.Model, torch_model: torch.nn.Module, dtype: torch.dtype) ->
         weights, key = found[name]
         shape = ir.Shape(value.const_value.shape)
 
-        def convert(tensor: torch.Tensor) -> ir.Tensor:
-            tensor = tensor.to(dtype).contiguous()
-            return ir.tensor(tensor.numpy() if dtype != torch.bfloat16 else tensor)
-
         def read(weights=weights, key=key, shape=shape):
             tensor = weights[key]
             if tuple(tensor.shape) != tuple(shape):
                 raise ExportError(f"the checkpoint's {key} has shape {tuple(tensor.shape)}, the graph {tuple(shape)}")
             return convert(tensor)
 
-        value.const_value = CheckpointTensor(read, stored[name], convert, dtype=value.const_value.dtype, shape=shape,
-                                             name=name)
+        value.const_value = CheckpointTensor(read, _stored_in(weights, key), convert, dtype=value.const_value.dtype,
+                                             shape=shape, name=name)
         count += 1
     return count
 
@@ -367,6 +368,6 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 module._buffers[name] = buffer.to(dtype)
 
 
-__all__ = ["BLOCK", "DISK", "ENV", "SIZE", "CheckpointTensor", "alias_tied", "attach", "available_memory", "cast_buffers", "checkpoint_parameters",
-           "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off", "is_streamed", "loading",
+__all__ = ["BLOCK", "DISK", "ENV", "SIZE", "CheckpointTensor", "alias_tied", "attach", "available_memory",
+           "cast_buffers", "checkpoint_parameters", "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off", "is_streamed", "loading",
            "local_checkpoint", "return_freed_blocks", "sources", "wanted", "weight_files"]

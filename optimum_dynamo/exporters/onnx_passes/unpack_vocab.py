@@ -29,6 +29,7 @@ def unpack_wide_weights(model: ir.Model) -> int:
         if weight is None or weight.shape[1] < WIDE_OUTPUT or rank < 3:  # [1, K, N] keeps a 3D+ result's shape
             continue
         value = node.inputs[1]
+
         def read(weight=weight):
             return ir.tensor(weight.numpy()[None])
 
