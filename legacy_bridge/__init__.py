@@ -3,11 +3,12 @@
 Call `install()` before importing optimum.exporters.onnx or optimum.onnxruntime.
 """
 
-from . import ort_optimizer, ort_runtime, transformers5
+from . import ort_audio, ort_optimizer, ort_runtime, transformers5
 
 
 def install() -> None:
     """Apply every shim and patch (idempotent; imports nothing heavy)."""
     transformers5.install()
     ort_runtime.install()
+    ort_audio.install()
     ort_optimizer.install()

@@ -143,6 +143,46 @@ def test_other_tasks_load_in_runtime_class_with_parity(model_type, task, runtime
     assert compared >= 1
 
 
+# Log-mel models whose checkpoints ship their feature extractor (mask included): the graph takes both, and the
+# runtime class of the task feeds them (legacy_bridge.ort_audio). One in CI (its time), the rest under `slow`.
+FEATURE_CASES = [
+    pytest.param("wav2vec2-bert", "automatic-speech-recognition", "SeamlessM4TFeatureExtractor", "ORTModelForCTC",
+                 "AutoModelForCTC", marks=() if ON_5 else _SLOW),
+    pytest.param("wav2vec2-bert", "audio-classification", "SeamlessM4TFeatureExtractor",
+                 "ORTModelForAudioClassification", "AutoModelForAudioClassification", marks=_SLOW),
+    pytest.param("parakeet_ctc", "automatic-speech-recognition", "ParakeetFeatureExtractor", "ORTModelForCTC",
+                 "AutoModelForCTC", marks=[_SLOW, pytest.mark.skipif(not ON_5, reason="transformers 4.57's Parakeet "
+                                                                      "extractor needs librosa, not installed here")]),
+]
+
+
+@pytest.mark.parametrize("model_type,task,extractor,runtime_class,auto_class", FEATURE_CASES)
+def test_speech_features_with_their_mask(model_type, task, extractor, runtime_class, auto_class, tmp_path):
+    import numpy as np
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    torch.manual_seed(0)
+    model = getattr(transformers, auto_class).from_config(tiny_config(model_type)).eval()
+    model.save_pretrained(checkpoint)
+    bins = getattr(model.config, "encoder_config", model.config)
+    features = getattr(transformers, extractor)(**({"feature_size": bins.num_mel_bins}
+                                                   if hasattr(bins, "num_mel_bins") else {}))
+    features.save_pretrained(checkpoint)
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task", task, out)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    ort_model = getattr(ort, runtime_class).from_pretrained(out)
+    assert list(ort_model.input_names) == ["input_features", "attention_mask"]
+    rng = np.random.default_rng(1)
+    clips = [0.3 * rng.standard_normal(n).astype(np.float32) for n in (16000, 9000, 12000, 4000)]  # 4: capture ran 2, 3
+    inputs = dict(features(clips, sampling_rate=16000, return_tensors="pt", padding=True))
+    assert not inputs["attention_mask"].all()  # padded rows
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    diff = (torch.as_tensor(ort_model(**inputs).logits) - expected).abs().max().item()
+    assert diff < ATOL, f"logits differ by {diff:.3e}"
+
+
 # one each (CI's time): transformers 4's tiny tokenizer makes token types (the warning), transformers 5's does not
 @pytest.mark.parametrize("files", [pytest.param("bare", marks=() if ON_5 else _SLOW),
                                    pytest.param("tokenizer", marks=_SLOW if ON_5 else ())])

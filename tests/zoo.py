@@ -148,7 +148,7 @@ def _shrunk(default, layers_from_overrides: bool, tiny: dict = TINY) -> dict:
     return kwargs
 
 
-def _shrunk_sub_config(sub, tiny: dict = TINY) -> dict | None:
+def _shrunk_sub_config(sub, tiny: dict = TINY, stages: bool = False) -> dict | None:
     """A composite model's sub-config (text, vision, audio) shrunk the same way, its own sub-configs too (PI0's
     vlm_config, DeepSeek-OCR2's sam_config), as the dict its parent's constructor takes (per-layer lists of the
     default depth left for the constructor to derive); where its class validates the result, once more made to
@@ -158,10 +158,12 @@ def _shrunk_sub_config(sub, tiny: dict = TINY) -> dict | None:
 
     depth = getattr(sub, "num_hidden_layers", None)
     kept = {k: v for k, v in sub.to_dict().items() if not (isinstance(v, list) and depth and len(v) == depth)}
-    for name in getattr(type(sub), "sub_configs", {}):
+    for name in getattr(sub, "sub_configs", {}):  # an instance property on some configs of 4.57 (detr)
         if isinstance(getattr(sub, name, None), PretrainedConfig):
-            kept[name] = _shrunk_sub_config(getattr(sub, name), tiny) or kept.get(name)
+            kept[name] = _shrunk_sub_config(getattr(sub, name), tiny, stages) or kept.get(name)
     kwargs = {**kept, **_shrunk(sub, False, tiny)}
+    if stages:
+        kwargs = _agreeing(kwargs, kept, heads=False)
     try:
         shrunk = type(sub)(**kwargs)
     except Exception:
@@ -174,14 +176,14 @@ def _shrunk_sub_config(sub, tiny: dict = TINY) -> dict | None:
     return shrunk.to_dict()
 
 
-def _agreeing(kwargs: dict, default: dict) -> dict:
+def _agreeing(kwargs: dict, default: dict, heads: bool = True) -> dict:
     """Shrunk values made to agree where a config validates them: a list where the default is one (per-expert
     sizes), as many key/value heads as heads, multimodal rotary sections summing to half a head."""
     kwargs = dict(kwargs)
     for key, value in kwargs.items():
         if isinstance(value, int) and isinstance(default.get(key), list) and default[key]:
             kwargs[key] = [value] * len(default[key])
-    if "num_key_value_heads" in kwargs and "num_attention_heads" in kwargs:
+    if heads and "num_key_value_heads" in kwargs and "num_attention_heads" in kwargs:
         kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]
     rope, head = kwargs.get("rope_parameters"), kwargs.get("head_dim")
     if isinstance(rope, dict) and isinstance(rope.get("mrope_section"), list) and isinstance(head, int):
@@ -190,18 +192,31 @@ def _agreeing(kwargs: dict, default: dict) -> dict:
     return kwargs
 
 
-def tiny_config(model_type: str, tiny: dict = TINY):
-    """The model type's default config, shrunk generically, its sub-configs too."""
+def tiny_config(model_type: str, tiny: dict = TINY, stages: bool = False):
+    """The model type's default config, shrunk generically, its sub-configs too. `stages` (vision and audio
+    backbones): a size the default gives per stage stays a list of that many stages, and a timm backbone (built
+    by name at full size) becomes the transformers one of the config (shrunk like the rest)."""
     from transformers import AutoConfig, PretrainedConfig
 
     default = AutoConfig.for_model(model_type)
     extra, _ = OVERRIDES.get(model_type, ({}, ""))
     kwargs = _shrunk(default, "num_hidden_layers" in extra, tiny)
-    for name in getattr(type(default), "sub_configs", {}):
+    if stages:
+        kwargs = _agreeing(kwargs, default.to_dict(), heads=False)
+        if getattr(default, "use_timm_backbone", False):
+            kwargs.update(use_timm_backbone=False, backbone=None, use_pretrained_backbone=False)
+    for name in getattr(default, "sub_configs", {}):  # an instance property on some configs of 4.57 (detr)
         if isinstance(getattr(default, name, None), PretrainedConfig) and name not in extra:
-            if (sub := _shrunk_sub_config(getattr(default, name), tiny)) is not None:
+            if (sub := _shrunk_sub_config(getattr(default, name), tiny, stages)) is not None:
                 kwargs[name] = sub
     config = AutoConfig.for_model(model_type, **{**kwargs, **extra})
+    backbone = getattr(config, "backbone_config", None)
+    if stages and getattr(backbone, "model_type", None) == "timm_backbone":  # transformers' own of that name
+        backbone = AutoConfig.for_model(backbone.backbone.rstrip("0123456789"), out_indices=backbone.out_indices)
+        kwargs.pop("backbone_config", None)
+    if stages and isinstance(backbone, PretrainedConfig) and "backbone_config" not in kwargs:  # made by the config
+        config = AutoConfig.for_model(model_type, **{**kwargs, **extra, "backbone": None,
+                                                     "backbone_config": _shrunk_sub_config(backbone, tiny, True)})
     _small_token_ids(config)
     return config
 
@@ -418,7 +433,7 @@ def _configs(config) -> list:
     """The config and its sub-configs (text, vision, ...)."""
     from transformers import PretrainedConfig
 
-    subs = [getattr(config, name, None) for name in getattr(type(config), "sub_configs", {})]
+    subs = [getattr(config, name, None) for name in getattr(config, "sub_configs", {})]
     return [config, *(sub for sub in subs if isinstance(sub, PretrainedConfig))]
 
 

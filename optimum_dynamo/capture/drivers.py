@@ -102,7 +102,7 @@ def drive_forward(model, preprocessor=None) -> None:
             model(**inputs)
         return None
     if main == "input_features":
-        for inputs in encoder_batches(model, processor=preprocessor):
+        for inputs in encoder_batches(model, processor=preprocessor, mask=True):  # as the task's pipeline calls it
             model(**inputs)
         return None
     return drive_text_forward(model, preprocessor)

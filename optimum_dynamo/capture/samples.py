@@ -121,9 +121,10 @@ def image_size(config) -> int:
     return size[0] if isinstance(size, (list, tuple)) else size
 
 
-def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
-    """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor; without one,
-    log-mel-like features shaped as the model takes them (its mel bins, 2 x max_source_positions frames)."""
+def _speech_batches(model, processor, mask: bool = False) -> list[dict[str, torch.Tensor]]:
+    """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor (`mask`: one row shorter,
+    with the attention mask the extractor gives, where the model takes one); without one, log-mel-like features shaped as the model
+    takes them (its mel bins, 2 x max_source_positions frames)."""
     import numpy as np
 
     if processor is None:
@@ -143,8 +144,14 @@ def _speech_batches(model, processor) -> list[dict[str, torch.Tensor]]:
         t = np.arange(int(rate * seconds)) / rate
         waves = [(0.3 * np.sin(2 * np.pi * (220 + 110 * i) * t) + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
                  for i in range(batch)]
-        features = processor(waves, sampling_rate=rate, return_tensors="pt")
-        batches.append({"input_features": features["input_features"]})
+        if mask:  # one row shorter: padded, as a pipeline's batch is
+            waves[-1] = waves[-1][: t.size * 3 // 4]
+        try:  # the extractor's own padding (whisper's: to 30 s)
+            features = processor(waves, sampling_rate=rate, return_tensors="pt")
+        except ValueError:  # one that pads nothing unless asked
+            features = processor(waves, sampling_rate=rate, return_tensors="pt", padding=True)
+        keep = ("input_features", "attention_mask") if mask and "attention_mask" in forward_params(model) else ()
+        batches.append({k: v for k, v in features.items() if k in keep} or {"input_features": features["input_features"]})
     return batches
 
 
@@ -188,11 +195,12 @@ def _image_batches(model, processor) -> list[dict[str, torch.Tensor]]:
     return batches
 
 
-def encoder_batches(model, tokenizer=None, processor=None) -> list[dict[str, torch.Tensor]]:
-    """Two batches of encoder inputs of the model's modality (text rows are left-padded)."""
+def encoder_batches(model, tokenizer=None, processor=None, mask: bool = False) -> list[dict[str, torch.Tensor]]:
+    """Two batches of encoder inputs of the model's modality (text rows are left-padded; `mask`: speech features
+    with the mask their extractor gives)."""
     main = getattr(model, "main_input_name", "input_ids")
     if main == "input_features":
-        return _speech_batches(model, processor)
+        return _speech_batches(model, processor, mask)
     if main == "pixel_values":
         return _image_batches(model, processor)
     # EncoderDecoderModel: its encoder's own config has the vocabulary (FSMT's encoder has no config of its own)
