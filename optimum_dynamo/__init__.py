@@ -18,7 +18,7 @@ _API = {
     "infer_arguments": "optimum_dynamo.capture",
     "export_observed": "optimum_dynamo.exporters",
     "export_onnx": "optimum_dynamo.exporters",
-    "export_vlm": "optimum_dynamo.exporters.vlm",
+    "export_vlm": "optimum_dynamo.exporters.vision_language",
     "export_executorch": "optimum_dynamo.exporters.executorch",
     "PteCausalLM": "optimum_dynamo.runtime.executorch",
     "ORTModelForImageTextToText": "optimum_dynamo.runtime.image_text_to_text",

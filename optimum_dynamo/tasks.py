@@ -21,7 +21,7 @@ class TaskSpec:
     runtime_class: str  # class that loads the export, in `runtime_module`
     constants: dict[str, Any] = field(default_factory=dict)  # fixed kwargs of the exported forward
     encoder_decoder: bool = False  # exported as encoder + decoder graphs (exporters/seq2seq.py)
-    vision_language: bool = False  # exported as vision, projector, embedding and decoder graphs (exporters/vlm.py)
+    vision_language: bool = False  # exported as vision, projector, embedding and decoder graphs (exporters/vision_language/exporter.py)
     runtime_module: str = "optimum.onnxruntime"
     auto_class: str | None = None  # transformers' auto class that loads the model (None: optimum's for the task)
     inputs: tuple[str, ...] | None = None  # the graph's inputs (None: the runtime class's forward says)

@@ -138,7 +138,7 @@ def test_state_cache_exports_the_decode_step():
 def _vlm(tmp_path):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from optimum_dynamo.exporters.vlm import default_image, default_prompt
+    from optimum_dynamo.exporters.vision_language import default_image, default_prompt
 
     path = save_tiny_vlm("gemma3", tmp_path / "gemma3")
     model = AutoModelForImageTextToText.from_pretrained(path).eval()

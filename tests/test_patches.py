@@ -319,7 +319,7 @@ def test_vision_positions_patch_keeps_the_model_s_logits(model_type, tmp_path):
     right, are the unpatched model's."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from optimum_dynamo.exporters.vlm import default_image
+    from optimum_dynamo.exporters.vision_language import default_image
     from optimum_dynamo.patches import transformers_vision_positions
     from tiny import save_tiny_vlm
 

@@ -12,7 +12,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from optimum_dynamo import ORTModelForImageTextToText, export_vlm
 from optimum_dynamo.errors import ExportError
-from optimum_dynamo.exporters.vlm import default_image, processor_inputs
+from optimum_dynamo.exporters.vision_language import default_image, processor_inputs
 from optimum_dynamo.manifest import read_manifest
 from tiny import save_tiny_vlm, tiny_vlm_processor
 
@@ -159,7 +159,7 @@ def test_transformers_4_towers_run_on_grid_inputs_made_outside(tmp_path, model_t
     modules on them: the tower's own output for two images of different sizes, to 1e-6."""
     import transformers
 
-    from optimum_dynamo.exporters import grid_tower_v4
+    from optimum_dynamo.exporters.vision_language import grid_tower_v4
 
     if int(transformers.__version__.split(".")[0]) >= 5:
         pytest.skip("transformers 5's towers take precomputed grid inputs (precompute_export_inputs)")
@@ -196,7 +196,7 @@ def test_a_decoder_without_deepstack_features_is_refused_in_one_line(tmp_path):
     """The guard against a decoder that silently gives other logits: run from embeddings only (no DeepStack
     features), Qwen3-VL's decoder is not the model, and the line names what the language model took besides."""
     from optimum_dynamo.capture import observe
-    from optimum_dynamo.exporters.vlm import TextDecoder, check_decoder, decoder_calls, default_prompt, inner_parts
+    from optimum_dynamo.exporters.vision_language.exporter import TextDecoder, check_decoder, decoder_calls, default_prompt, inner_parts
 
     path = save_tiny_vlm("qwen3_vl", tmp_path / "model")
     model = AutoModelForImageTextToText.from_pretrained(path).eval()

@@ -14,7 +14,7 @@ import transformers
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from optimum_dynamo import ORTModelForImageTextToText
-from optimum_dynamo.exporters.vlm import default_image, processor_inputs
+from optimum_dynamo.exporters.vision_language import default_image, processor_inputs
 from optimum_dynamo.manifest import read_manifest
 from tiny import save_tiny_vlm
 

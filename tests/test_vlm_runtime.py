@@ -16,7 +16,7 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 
 from optimum_dynamo import ORTModelForImageTextToText
-from optimum_dynamo.exporters.vlm import default_image, image_placeholder
+from optimum_dynamo.exporters.vision_language import default_image, image_placeholder
 from optimum_dynamo.manifest import read_manifest
 from tiny import tiny_vlm_processor
 

@@ -139,7 +139,7 @@ def check_other_sizes(directory):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from optimum_dynamo import ORTModelForImageTextToText
-    from optimum_dynamo.exporters.vlm import default_image, image_placeholder
+    from optimum_dynamo.exporters.vision_language import default_image, image_placeholder
 
     models = (AutoModelForImageTextToText.from_pretrained(directory / "checkpoint").eval(),
               ORTModelForImageTextToText.from_pretrained(directory / "onnx"))

@@ -722,7 +722,7 @@ def _draw_zero_weights(model) -> None:
 
 def _vlm_batch(processor) -> dict:
     """A batch of 2 prompts, one image each (the processor's image placeholder first where it has one), left-padded."""
-    from optimum_dynamo.exporters.vlm import default_image
+    from optimum_dynamo.exporters.vision_language import default_image
 
     placeholder = (getattr(processor, "boi_token", None) or getattr(processor, "image_token", None)
                    or getattr(getattr(processor, "tokenizer", None), "image_token", None))

@@ -13,8 +13,8 @@ from .base import ExportContext
 from .onnx import OnnxExporter
 from .onnx_optimize import FUSED_LEVELS, check_level
 from .seq2seq import Seq2SeqOnnxExporter
-from .vlm import VlmOnnxExporter
-from .vlm_seq2seq import Seq2SeqVlmOnnxExporter
+from .vision_language import VlmOnnxExporter
+from .vision_language.seq2seq import Seq2SeqVlmOnnxExporter
 
 
 def export_onnx(model, output, task: str | None = None, *, options: ExportOptions | None = None,

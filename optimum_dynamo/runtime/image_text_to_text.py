@@ -227,7 +227,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         unpadded to the image's size, the newline rows added."""
         if image_sizes is None:
             raise ValueError("this model's image graphs need image_sizes (the processor's) beside pixel_values")
-        from ..exporters import image_tiles
+        from ..exporters.vision_language import image_tiles
 
         inner = self._meta_model().model
         self._check_image_size(pixel_values)
@@ -241,7 +241,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         features (layers, rows, hidden) where the model has them."""
         if image_grid_thw is None:
             raise ValueError("pixel_values without image_grid_thw: pass the processor's image_grid_thw")
-        from ..exporters.image_features import GridImageFeatures
+        from ..exporters.vision_language.image_features import GridImageFeatures
 
         tower = self._meta_model().get_submodule(self.layout["vision_module"])
         feed = {"pixel_values": pixel_values, **GridImageFeatures.grid_inputs(tower, image_grid_thw)}

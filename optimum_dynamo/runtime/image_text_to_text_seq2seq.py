@@ -1,5 +1,5 @@
 """Encoder-decoder image-text-to-text models (T5Gemma 2): optimum's `ORTModelForSeq2SeqLM` whose encoder also
-takes the prompt's `pixel_values` (`exporters/vlm_seq2seq.py` writes the directory), and whose prompts without an
+takes the prompt's `pixel_values` (`exporters/vision_language/seq2seq.py` writes the directory), and whose prompts without an
 image go to `text_encoder_model.onnx` where the export wrote one.
 
 `ORTModelForImageTextToText.from_pretrained` returns this class for a directory whose config is an encoder-decoder's:
@@ -21,7 +21,7 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from .processors import saved_processors
 
 TEXT_ENCODER_FILE = "text_encoder_model.onnx"  # the encoder on prompts without an image (exporters/seq2seq.py)
-ENCODER_WEIGHTS = "encoder_weights.onnx_data"  # its weights and the encoder's, stored once (exporters/vlm_seq2seq.py)
+ENCODER_WEIGHTS = "encoder_weights.onnx_data"  # its weights and the encoder's, stored once (exporters/vision_language/seq2seq.py)
 
 
 class ORTEncoderWithImages(ORTEncoder):

@@ -1,5 +1,5 @@
 """The steps of `ORTModelForImageTextToText` for exports whose graphs are the model's own forward per kind of step
-(`exporters/vlm_steps.py`: GIT, Idefics, Kosmos-2): `prefill_model` on the prompt, `decoder_model` on each new
+(`exporters/vision_language/steps.py`: GIT, Idefics, Kosmos-2): `prefill_model` on the prompt, `decoder_model` on each new
 token (`text_prefill_model`, and `text_decoder_model` where there is one, for prompts without an image). Each
 graph is fed the inputs it names: ids, the attention mask, positions from the mask, the past, the processor's
 tensors that `generate` passes along, the image graph's output (`prefill_inputs`) and the prompt step's outputs

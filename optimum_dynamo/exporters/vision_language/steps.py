@@ -24,11 +24,11 @@ import torch
 from legacy_bridge import cache_argument
 from legacy_bridge import positions as position_rules
 
-from ..capture import Call, InputObserver, observe
-from ..capture.drivers import Generation, greedy
-from ..errors import ExportError
+from ...capture import Call, InputObserver, observe
+from ...capture.drivers import Generation, greedy
+from ...errors import ExportError
 from .image_features import default_image
-from .vlm_prompts import image_token, processor_inputs, text_batches
+from .prompts import image_token, processor_inputs, text_batches
 
 STEP_INPUTS = ("input_ids", "attention_mask", "position_ids", "past_key_values")  # what the runtime makes per step
 MADE_INSIDE = ("cache_position",)  # rebuilt by `ModelStep` from the past's length

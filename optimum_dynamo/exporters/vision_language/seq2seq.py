@@ -12,13 +12,13 @@ pixels).
 
 from __future__ import annotations
 
-from ..capture.drivers import drive_seq2seq_generation
-from .base import ExportContext
+from ...capture.drivers import drive_seq2seq_generation
+from ..base import ExportContext
+from ..seq2seq import TEXT_ENCODER, Seq2SeqOnnxExporter
+from ..shared_weights import share_component_weights
+from .exporter import load_processor
 from .image_features import default_image
-from .seq2seq import TEXT_ENCODER, Seq2SeqOnnxExporter
-from .shared_weights import share_component_weights
-from .vlm import load_processor
-from .vlm_prompts import default_prompt, processor_inputs, text_batches
+from .prompts import default_prompt, processor_inputs, text_batches
 
 ENCODER_WEIGHTS = "encoder_weights.onnx_data"  # the two encoder graphs' external data, when there are two
 

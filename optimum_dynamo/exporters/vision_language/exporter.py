@@ -37,17 +37,17 @@ import torch
 
 from legacy_bridge import cache_argument
 
-from ..capture import Call, InputObserver, observe
-from ..capture.drivers import Generation, greedy
-from ..errors import ExportError
-from ..options import ExportOptions
-from .base import ExportContext, load_weights
-from .component import Component
+from ...capture import Call, InputObserver, observe
+from ...capture.drivers import Generation, greedy
+from ...errors import ExportError
+from ...options import ExportOptions
+from ..base import ExportContext, load_weights
+from ..component import Component
+from ..observed import ObservedOnnxExporter
+from ..shared_weights import share_component_weights
 from .image_features import default_image, image_components, image_sizes, other_image
-from .observed import ObservedOnnxExporter
-from .shared_weights import share_component_weights
-from .vlm_prompts import default_prompt, image_placeholder, image_token, processor_inputs  # noqa: F401 (public here too)
-from .vlm_steps import observe_steps
+from .prompts import default_prompt, image_placeholder, image_token, processor_inputs  # noqa: F401 (public here too)
+from .steps import observe_steps
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
 def check_decoder(decoder: TextDecoder, call: Call, language: Call) -> None:
     """The decoder run from embeddings gives the model's logits at the prefill, else one line naming what else the
     language model got from the images (Qwen3-VL's deepstack features, added inside its first layers)."""
-    from ..patches import applied
+    from ...patches import applied
 
     with torch.no_grad(), applied():  # as exported; on a copy: the call's past is a cache the model updates in place
         logits = decoder(**copy.deepcopy(call.kwargs))["logits"][:, -1]
@@ -289,7 +289,7 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set
 def uses_steps(model) -> bool:
     """Whether the model's images reach its text other than as rows replacing image tokens: no inner model
     holding a language model (the input embeddings) and a vision tower (GIT, Idefics, Kosmos-2). Those export as
-    the forward `generate` steps (`vlm_steps`)."""
+    the forward `generate` steps (`steps`)."""
     inner = getattr(model, "model", None)
     if not isinstance(inner, torch.nn.Module):
         return True
@@ -381,7 +381,7 @@ def export_vlm(
 ) -> VlmExport:
     """Observe one greedy `generate` on (`image`, `prompt`), export the four components to
     `output/<component>/model.onnx` and check each with onnxruntime on its recorded calls."""
-    from ..tasks import supported_task
+    from ...tasks import supported_task
 
     model, processor = _load(model_or_dir, processor)
     exporter = VlmOnnxExporter(image=image, prompt=prompt, max_new_tokens=max_new_tokens)

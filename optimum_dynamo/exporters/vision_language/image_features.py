@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..capture import Call, InputObserver
-from ..errors import ExportError
-from ..flatten import flat_outputs
+from ...capture import Call, InputObserver
+from ...errors import ExportError
+from ...flatten import flat_outputs
 from . import grid_tower_v4, image_tiles
 
 
