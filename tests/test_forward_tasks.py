@@ -183,6 +183,31 @@ def test_speech_features_with_their_mask(model_type, task, extractor, runtime_cl
     assert diff < ATOL, f"logits differ by {diff:.3e}"
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not ON_5, reason="OmniASR is new in transformers 5")
+def test_a_mask_the_runtime_class_cannot_feed_is_named(tmp_path):
+    """OmniASR's extractor gives a `padding_mask` its forward takes; ORTModelForCTC feeds none, so the graph takes
+    none: the export says so in one line, and the graph matches PyTorch without the mask."""
+    import numpy as np
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCTC.from_config(tiny_config("omniasr_ctc")).eval()
+    model.save_pretrained(checkpoint)
+    transformers.OmniASRFeatureExtractor().save_pretrained(checkpoint)  # gives the mask (return_attention_mask)
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
+                      "automatic-speech-recognition", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert ("    padding_mask: OmniASRForCTC takes it and the preprocessor gives it, but ORTModelForCTC feeds none: the "
+            "graph takes none (rows the preprocessor padded differ from PyTorch's with it)") in run.stderr.splitlines()
+    ort_model = ort.ORTModelForCTC.from_pretrained(out)
+    assert list(ort_model.input_names) == ["input_values"]
+    clips = torch.as_tensor(0.3 * np.random.default_rng(1).standard_normal((4, 1, 9000)), dtype=torch.float32)
+    with torch.no_grad():
+        expected = model(input_values=clips).logits
+    assert (torch.as_tensor(ort_model(input_values=clips).logits) - expected).abs().max().item() < ATOL
+
+
 # one each (CI's time): transformers 4's tiny tokenizer makes token types (the warning), transformers 5's does not
 @pytest.mark.parametrize("files", [pytest.param("bare", marks=() if ON_5 else _SLOW),
                                    pytest.param("tokenizer", marks=_SLOW if ON_5 else ())])

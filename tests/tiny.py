@@ -177,6 +177,10 @@ _SIZES = {
     "parakeet_ctc": dict(encoder_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                              num_key_value_heads=4, intermediate_size=64, num_mel_bins=16,
                                              subsampling_conv_channels=16), vocab_size=20),
+    "omniasr_ctc": dict(audio_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          intermediate_size=64, conv_dim=[16, 16], conv_stride=[5, 4],
+                                          conv_kernel=[10, 8], num_conv_pos_embeddings=16,
+                                          num_conv_pos_embedding_groups=2), vocab_size=20),
     "wav2vec2:xvector": dict(_W2V, tdnn_dim=(16, 16), tdnn_kernel=(3, 1), tdnn_dilation=(1, 1), xvector_output_dim=8),
     # encoder-decoders (seq2seq, speech)
     "t5": dict(d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, vocab_size=128,

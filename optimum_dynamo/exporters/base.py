@@ -215,7 +215,7 @@ class Exporter:
                 logger.warning(warning)
         fed = None if ctx.task.base == "text-generation" else ctx.task.model_inputs(ctx.model)  # generate: its own
         plain = ctx.task.base != "text-generation"  # a task of plain calls: no cache from them either
-        with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed), \
+        with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed) as dropped, \
                 generation_cache(ctx.model, cached, plain_calls=plain), InputObserver(ctx.model, "model") as obs:
             try:
                 ctx.generations = ctx.task.spec.driver(ctx.model, ctx.tokenizer) or []
@@ -227,6 +227,10 @@ class Exporter:
                                   ) from e
         ctx.observer = obs
         logger.info("    %s", obs.summary())
+        for name in sorted(dropped):  # what the task's pipeline gives, the runtime class cannot feed
+            logger.warning("    %s: %s takes it and the preprocessor gives it, but %s feeds none: the graph takes none "
+                           "(rows the preprocessor padded differ from PyTorch's with it)", name,
+                           type(ctx.model).__name__, ctx.task.spec.runtime_class)
         _warn_unlike_the_runtime_fill(ctx, obs.calls)
         if ctx.task.with_past and ctx.task.base == "text-generation":
             check_cache_returned(obs.calls, ctx.config.model_type, ctx.task.name)
@@ -499,21 +503,24 @@ def _config_flags(model) -> dict:
 def forward_adapter(module, kwargs: dict | None, *others, inputs: list[str] | None = None):
     """While capturing: every call of `module` (and `others`, e.g. an encoder generate calls directly) gets
     `kwargs` (`--model-kwargs`), and floating inputs in the module's dtype (`--dtype`: samples are float32).
-    `inputs`: the only tensors `module` is given, those its runtime class feeds (ORTModelForCTC: no mask)."""
+    `inputs`: the only tensors `module` is given, those its runtime class feeds (OmniASR's `padding_mask`: none);
+    yields the names of the tensors held back."""
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
     fixed = model_kwargs(module, kwargs)
+    dropped: set[str] = set()
 
     def adapt(mod, args, call_kwargs):
         cast = lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
         if mod is module:
             if inputs is not None:
+                dropped.update(k for k, v in call_kwargs.items() if k not in inputs and isinstance(v, torch.Tensor))
                 call_kwargs = {k: v for k, v in call_kwargs.items() if k in inputs or not isinstance(v, torch.Tensor)}
             call_kwargs = {**call_kwargs, **fixed}
         return tuple(cast(a) for a in args), {k: cast(v) for k, v in call_kwargs.items()}
 
     handles = [m.register_forward_pre_hook(adapt, with_kwargs=True, prepend=True) for m in (module, *others)]
     try:
-        yield
+        yield dropped
     finally:
         for handle in handles:
             handle.remove()
