@@ -421,3 +421,26 @@ def test_idefics_attention_patch_keeps_the_model_s_logits():
         with patches.applied(chosen) as swapped:
             got = prompt_and_step()
     assert len(swapped) == 1 and all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_funnel_positions_for_any_length():
+    """Funnel builds its relative positions from the sequence length as Python ints (5.x) or tensor values (4.57):
+    torch.export fixes the length. Patched, the model's logits are unchanged at several lengths, and the length
+    stays an axis of the exported program (its ONNX graph: the zoo's funnel rows, every length from 5 to 39)."""
+    from transformers import FunnelConfig, FunnelForSequenceClassification
+
+    torch.manual_seed(0)
+    config = FunnelConfig(vocab_size=64, block_sizes=[1, 1, 1], d_model=32, n_head=4, d_head=8, d_inner=64)
+    model = FunnelForSequenceClassification(config).eval()
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.funnel.")]
+    assert chosen
+    batches = [torch.randint(3, 64, (2, n), generator=torch.Generator().manual_seed(n)) for n in (6, 9, 14)]
+    with torch.no_grad():
+        expected = [model(ids).logits for ids in batches]
+        with patches.applied(chosen):
+            assert all((model(ids).logits - e).abs().max().item() < 1e-5 for ids, e in zip(batches, expected))
+            program = torch.export.export(model, (), {"input_ids": batches[1]},
+                                          dynamic_shapes={"input_ids": {1: torch.export.Dim.DYNAMIC}}, strict=False)
+    length = program.graph_signature.user_inputs[0]
+    (node,) = [n for n in program.graph.nodes if n.op == "placeholder" and n.name == length]
+    assert isinstance(node.meta["val"].shape[1], torch.SymInt)
