@@ -74,6 +74,9 @@ TINY = dict(
 )
 # Per model type, only where the generic shrink cannot work, each with its reason.
 OVERRIDES: dict[str, tuple[dict, str]] = {
+    "gptj": ({"rotary_dim": 4}, "its rotary_dim (64) is wider than the tiny head (8)"),
+    "codegen": ({"rotary_dim": 4}, "its rotary_dim (64) is wider than the tiny head (8)"),
+    "gpt_neo": ({"attention_types": [[["global", "local"], 1]]}, "its attention_types list one kind per layer of 24"),
     "bamba": ({"attn_layer_indices": [1]}, "its default attention layers lie beyond 2 layers; the hybrid cache needs one"),
     "mamba2": ({"head_dim": 16, "n_groups": 1}, "num_heads * head_dim must equal expand * hidden_size; "
                "num_heads a multiple of n_groups"),
