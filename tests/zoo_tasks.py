@@ -202,8 +202,9 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
         tiny = TINY_AUDIO if task in AUDIO else TINY_IMAGE if task in IMAGE else zoo.TINY_VISION
         config = zoo.tiny_config(model_type, tiny, stages=task in AUDIO | IMAGE)
         for part in _sizes(config):  # a sub-config's key/value heads its constructor does not take (parakeet's)
-            if getattr(part, "num_key_value_heads", 0) > getattr(part, "num_attention_heads", 0) > 0:
-                part.num_key_value_heads = part.num_attention_heads
+            kv, heads = getattr(part, "num_key_value_heads", None), getattr(part, "num_attention_heads", None)
+            if isinstance(kv, int) and isinstance(heads, int) and kv > heads > 0:
+                part.num_key_value_heads = heads
         named = getattr(modeling_auto, TASKS[task].mapping)[model_type]
         if isinstance(named, tuple):  # several classes (deit: with a teacher): a checkpoint names its own
             config.architectures = [named[0]]
