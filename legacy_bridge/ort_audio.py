@@ -4,8 +4,9 @@
 `ORTModelForAudioXVector` feed `input_values` (raw waveforms), except for a model-type list (whisper, mctct) fed
 `input_features`, and most of them no `attention_mask`. Models whose processor gives log-mel features
 (wav2vec2-bert, parakeet, lasr, ...) export a graph whose main input is `input_features`, with the mask the
-processor gives. The wrapper takes `attention_mask` in every class, runs a graph its class's forward cannot
-feed with the arrays given, by the graph's own input names, and returns the class's own output type.
+processor gives. The wrapper takes `input_features` and `attention_mask` in every class, runs a graph its class's
+forward cannot feed with the arrays given, by the graph's own input names, and returns the class's own output
+type.
 """
 
 from __future__ import annotations
@@ -45,27 +46,28 @@ def run(model, output_type: str, given: dict, return_dict: bool = True):
     return kind(**{k: v for k, v in result.items() if k in kind.__dataclass_fields__})
 
 
-def _with_mask(signature: inspect.Signature) -> inspect.Signature:
-    """The forward's signature with `attention_mask` (after its positional inputs) where it has none."""
+def _with_inputs(signature: inspect.Signature) -> inspect.Signature:
+    """The forward's signature with `input_features` and `attention_mask` (after its positional inputs) where it
+    has none."""
     params = list(signature.parameters.values())
-    if "attention_mask" in signature.parameters:
-        return signature
     at = next((i for i, p in enumerate(params) if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD), len(params))
-    mask = inspect.Parameter("attention_mask", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
-    return signature.replace(parameters=params[:at] + [mask] + params[at:])
+    added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+             for name in ("input_features", "attention_mask") if name not in signature.parameters]
+    return signature.replace(parameters=params[:at] + added + params[at:])
 
 
 def _patcher(output_type: str):
     def apply(cls, original: dict) -> None:
         forward = original["forward"] = cls.forward
         takes = set(inspect.signature(forward).parameters)
-        signature = _with_mask(inspect.signature(forward))
+        signature = _with_inputs(inspect.signature(forward))
 
         @functools.wraps(forward)
         def wrapped(self, *args, **kwargs):
             if not bridged(self, takes):
-                if "attention_mask" not in takes:
-                    kwargs.pop("attention_mask", None)
+                for name in ("input_features", "attention_mask"):
+                    if name not in takes:
+                        kwargs.pop(name, None)
                 return forward(self, *args, **kwargs)
             given = signature.bind(self, *args, **kwargs).arguments
             inputs = {k: given.get(k) for k in ("input_values", "input_features", "attention_mask")}

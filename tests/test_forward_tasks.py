@@ -150,6 +150,8 @@ FEATURE_CASES = [
                  "AutoModelForCTC", marks=() if ON_5 else _SLOW),
     pytest.param("wav2vec2-bert", "audio-classification", "SeamlessM4TFeatureExtractor",
                  "ORTModelForAudioClassification", "AutoModelForAudioClassification", marks=_SLOW),
+    pytest.param("wav2vec2-bert", "audio-frame-classification", "SeamlessM4TFeatureExtractor",
+                 "ORTModelForAudioFrameClassification", "AutoModelForAudioFrameClassification", marks=_SLOW),
     pytest.param("parakeet_ctc", "automatic-speech-recognition", "ParakeetFeatureExtractor", "ORTModelForCTC",
                  "AutoModelForCTC", marks=[_SLOW, pytest.mark.skipif(not ON_5, reason="transformers 4.57's Parakeet "
                                                                       "extractor needs librosa, not installed here")]),

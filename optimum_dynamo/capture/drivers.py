@@ -150,10 +150,13 @@ def drive_image_forward(model, processor=None) -> None:
     channels, size = getattr(config, "num_channels", 3), image_size(config)
     g = torch.Generator().manual_seed(0)
     model(pixel_values=torch.randn(2, channels, size, size, generator=g))
-    try:
-        model(pixel_values=torch.randn(3, channels, size + 16, size + 16, generator=g))
-    except Exception:  # fixed-size models (e.g. ViT without interpolation): vary the batch only
-        model(pixel_values=torch.randn(3, channels, size, size, generator=g))
+    for other in (size + 16, size + 32):  # + 32: backbones that take multiples of their stride (GLPN, RT-DETR)
+        try:
+            model(pixel_values=torch.randn(3, channels, other, other, generator=g))
+            return
+        except Exception:
+            continue
+    model(pixel_values=torch.randn(3, channels, size, size, generator=g))  # fixed-size models (ViT): the batch only
 
 
 @torch.no_grad()
