@@ -7,12 +7,14 @@ import subprocess
 import sys
 
 import pytest
+import torch
+import transformers
 from optimum.onnxruntime import ORTModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from legacy_bridge.torchscript import DEPRECATION, has_onnx_config
 from optimum_dynamo.manifest import read_manifest
-from tiny import save_tiny_decoder
+from tiny import save_tiny_decoder, tiny_config, tiny_tokenizer
 from parity import assert_causal_lm_parity, padded_batch
 
 from conftest import optimum_cli
@@ -150,3 +152,23 @@ def test_torchscript_path_prints_a_deprecation_notice(silenced, checkpoints, tmp
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr.count(DEPRECATION) == (0 if silenced else 1)
     assert (tmp_path / "ts" / "model.onnx").exists()
+
+
+@pytest.mark.skipif(transformers.__version__ < "5", reason="CI's time: measured on transformers 5 (metaclip_2)")
+def test_a_wrong_fallback_graph_is_never_written(tmp_path):
+    """MetaCLIP 2's zero-shot export fails --dynamo's own validation, and optimum's torchscript export of it traces
+    the text pooling at its dummy input's eos position (logits 5.0 off PyTorch's, or a Gather out of range, on
+    other prompts). The fallback's graph is run on the captured calls: one error line, exit 1, nothing written."""
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    torch.manual_seed(0)
+    transformers.AutoModelForZeroShotImageClassification.from_config(tiny_config("metaclip_2")).save_pretrained(
+        checkpoint)
+    tiny_tokenizer(128).save_pretrained(checkpoint)
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoint, "--task", "zero-shot-image-classification",
+                      out)
+    assert run.returncode == 1, run.stderr[-3000:]
+    (line,) = _error_lines(run)
+    assert re.fullmatch(r"optimum-cli export onnx --dynamo: error: " + _GROSS + r"; the torchscript fallback's graph "
+                        r"(differs from PyTorch by [\d.e+-]+ > 0\.01 on the captured inputs \([\w.]+\)|fails on the "
+                        r"captured inputs \(.+\)): the graph is wrong, nothing written", line), line
+    assert not out.exists()

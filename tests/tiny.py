@@ -167,6 +167,11 @@ _SIZES = {
                                   pad_token_id=0),
                  vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                     image_size=32, patch_size=8), projection_dim=16),
+    "metaclip_2": dict(text_config=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, max_position_embeddings=64, bos_token_id=1,
+                                        eos_token_id=2, pad_token_id=0),
+                       vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, image_size=32, patch_size=8), projection_dim=16),
     # raw-waveform speech encoders: two conv layers (a 20-sample stride)
     "wav2vec2": dict(_W2V := dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                   conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,

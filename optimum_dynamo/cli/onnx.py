@@ -66,7 +66,7 @@ def _export(args, options, state: dict) -> str:
         raise
     except Exception as e:  # nothing to fall back on: the legacy exporter needs the same resolution
         raise ExportError(f"cannot resolve {args.model}'s task ({describe(e)})") from None
-    return export_target(state["target"], args.output, options).task.name
+    return export_target(state["target"], args.output, options, attempt=state).task.name
 
 
 def _no_fallback(args, state: dict) -> str:
@@ -99,12 +99,16 @@ def _torchscript(args, state: dict, reason: str) -> None:
 
     from ..manifest import write_fallback_manifest
     from ..staging import staged
+    from ..validate.fallback import FallbackMismatch, check_fallback
 
     target = state["target"]
     try:
         with staged(Path(args.output)) as staging, torchscript_chosen():  # a failed fallback leaves nothing
             export_torchscript(args.model, staging, target.task_name, **_legacy_options(args))
+            check_fallback(staging, state.get("context"), args.dtype)
             write_fallback_manifest(staging, model=args.model, task=target.task_name, reason=reason)
+    except FallbackMismatch as e:  # its graph is wrong on the captured inputs
+        raise ExportError(f"dynamo export failed ({reason}); {e}") from None
     except Exception as e:
         raise ExportError(f"dynamo export failed ({reason}); the torchscript fallback failed too "
                           f"({describe(e)})") from e

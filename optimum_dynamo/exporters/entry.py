@@ -30,8 +30,9 @@ def export_onnx(model, output, task: str | None = None, *, options: ExportOption
     return export_target(resolve(model, options), output, options)
 
 
-def export_target(target: Target, output, options: ExportOptions) -> ExportContext:
-    """Export a resolved `target` (see `target.resolve`): the CLI resolves once and falls back with the same."""
+def export_target(target: Target, output, options: ExportOptions, attempt: dict | None = None) -> ExportContext:
+    """Export a resolved `target` (see `target.resolve`): the CLI resolves once and falls back with the same
+    (`attempt["context"]`: the export's context, also when it fails, for the fallback's check)."""
     task = target.task_name.removesuffix("-with-past")
     vision_language = task in VISION_LANGUAGE_TASKS
     encoder_decoder = (task in ENCODER_DECODER_TASKS and target.task.spec.encoder_decoder) or (
@@ -53,7 +54,10 @@ def export_target(target: Target, output, options: ExportOptions) -> ExportConte
         exporter = Seq2SeqVlmOnnxExporter() if encoder_decoder else VlmOnnxExporter()
     else:
         exporter = Seq2SeqOnnxExporter() if encoder_decoder else OnnxExporter()
-    return exporter.run(ExportContext(output=Path(output), options=options, target=target))
+    ctx = ExportContext(output=Path(output), options=options, target=target)
+    if attempt is not None:
+        attempt["context"] = ctx
+    return exporter.run(ctx)
 
 
 def check_vision_language(task: str, options: ExportOptions) -> None:
