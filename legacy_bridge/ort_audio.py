@@ -36,7 +36,9 @@ def run(model, output_type: str, given: dict, return_dict: bool = True):
     import torch
     import transformers.modeling_outputs as outputs
 
-    main = next(v for k, v in given.items() if k != "attention_mask" and v is not None)
+    main = given.get("input_features") if given.get("input_features") is not None else given.get("input_values")
+    if main is None:
+        raise ValueError(f"input_features must be provided for this model ({model.config.model_type})")
     use_torch = isinstance(main, torch.Tensor)
     onnx_inputs = model._prepare_onnx_inputs(use_torch, {name: given.get(name) for name in model.input_names})
     result = model._prepare_onnx_outputs(use_torch, model.session.run(None, onnx_inputs))

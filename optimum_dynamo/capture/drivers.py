@@ -150,7 +150,7 @@ def drive_image_forward(model, processor=None) -> None:
     channels, size = getattr(config, "num_channels", 3), image_size(config)
     g = torch.Generator().manual_seed(0)
     model(pixel_values=torch.randn(2, channels, size, size, generator=g))
-    for other in (size + 16, size + 32):  # + 32: backbones that take multiples of their stride (GLPN, RT-DETR)
+    for other in (size + 16, size + 32):  # + 32: backbones that take multiples of their stride (GLPN, PP-OCR)
         try:
             model(pixel_values=torch.randn(3, channels, other, other, generator=g))
             return

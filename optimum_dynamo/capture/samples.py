@@ -123,8 +123,8 @@ def image_size(config) -> int:
 
 def _speech_batches(model, processor, mask: bool = False) -> list[dict[str, torch.Tensor]]:
     """Synthesized waveforms (tones + noise) through the checkpoint's feature extractor (`mask`: one row shorter,
-    with the attention mask the extractor gives, where the model takes one); without one, log-mel-like features shaped as the model
-    takes them (its mel bins, 2 x max_source_positions frames)."""
+    with the attention mask the extractor gives, where the model takes one); without one, log-mel-like features
+    shaped as the model takes them (its mel bins, 2 x max_source_positions frames)."""
     import numpy as np
 
     if processor is None:
@@ -150,8 +150,10 @@ def _speech_batches(model, processor, mask: bool = False) -> list[dict[str, torc
             features = processor(waves, sampling_rate=rate, return_tensors="pt")
         except ValueError:  # one that pads nothing unless asked
             features = processor(waves, sampling_rate=rate, return_tensors="pt", padding=True)
-        keep = ("input_features", "attention_mask") if mask and "attention_mask" in forward_params(model) else ()
-        batches.append({k: v for k, v in features.items() if k in keep} or {"input_features": features["input_features"]})
+        batch = {"input_features": features["input_features"]}
+        if mask and "attention_mask" in features and "attention_mask" in forward_params(model):
+            batch["attention_mask"] = features["attention_mask"]
+        batches.append(batch)
     return batches
 
 
