@@ -36,7 +36,7 @@ class ExportOptions:
     # ONNX
     opset: int | None = None
     optimize: bool = True  # graph optimizer (False: --no-constant-folding)
-    optimize_level: str | None = None  # checked by the ONNX entry point (onnx_optimize.check_level)
+    optimize_level: str | None = None  # checked by the ONNX entry points (check_level)
     quantize: str | None = None  # "int4" / "int8": weight-only quantization of the graph (onnx_passes.quantize)
     quantize_head: bool = True  # the vocabulary projection too
     quantize_embeddings: bool = False  # the token embeddings too (4 bits)
@@ -110,6 +110,23 @@ def check_quantize(options: ExportOptions) -> None:
                           "(drop --dtype; activations stay fp32, weights are stored in 4 or 8 bits)")
 
 
+LEVELS = ("O1", "O2", "O3", "O4")
+FUSED_LEVELS = ("O3", "O4")
+
+
+def check_level(level: str | None) -> None:
+    """Raise ExportError (one line) for an --optimize level the ONNX exporter cannot honour."""
+    if level is None or level in ("O1", "O2", "O3"):
+        return
+    if level != "O4":
+        raise ExportError(f"--optimize {level}: unknown level (choose from {', '.join(LEVELS)})")
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        raise ExportError("--optimize O4 (O3 + fp16) needs a CUDA GPU and onnxruntime-gpu; none is available: use O3")
+    raise ExportError("--optimize O4 (O3 + fp16) is not supported with --dynamo yet: use O3")
+
+
 def check_opset(opset) -> None:
     if opset is None:
         return
@@ -117,4 +134,5 @@ def check_opset(opset) -> None:
         raise ExportError(f"invalid --opset {opset!r}: the dynamo exporter supports opsets {MIN_OPSET} to {MAX_OPSET}")
 
 
-__all__ = ["QUANTIZE", "ExportOptions", "check_atol", "check_opset", "check_quantize"]
+__all__ = ["FUSED_LEVELS", "LEVELS", "QUANTIZE", "ExportOptions", "check_atol", "check_level", "check_opset",
+           "check_quantize"]

@@ -151,6 +151,20 @@ def test_invalid_option_values_are_refused_before_any_work(checkpoints, tmp_path
     assert_refused(run, out, message, before_load=True)
 
 
+@pytest.mark.parametrize("args, shown", [
+    (["export", "onnx", "--dynamo", "--model", "CKPT", "--atol", "-1", "OUT"], PROGRAM + "invalid --atol -1.0"),
+    (["export", "--help"], "executorch"),  # listed, its package (transformers.pipelines: seconds) not imported
+])
+def test_refusals_and_help_import_no_torch(checkpoints, tmp_path, args, shown):
+    exe = Path(sys.executable).parent / "optimum-cli"
+    args = [str(checkpoints("llama")) if a == "CKPT" else str(tmp_path / "out") if a == "OUT" else a for a in args]
+    run = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    imported = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "optimum_dynamo" in imported and shown in run.stdout + run.stderr, run.stderr[-2000:]
+    assert not imported & {"torch", "transformers", "optimum.commands.export.executorch"}
+
+
 def test_output_path_is_a_file(checkpoints, tmp_path):
     out = tmp_path / "model.onnx"
     out.write_text("mine")

@@ -48,8 +48,7 @@ def _defaults() -> dict:
 
 
 def _prepare(args, resolved: dict):
-    from ..exporters.onnx_optimize import check_level
-    from ..options import ExportOptions
+    from ..options import ExportOptions, check_level  # light: a bad value is refused before torch is imported
 
     options = ExportOptions.make(**resolved)
     check_level(options.optimize_level)

@@ -5,19 +5,24 @@ installed last overwrites the other's file and that command disappears from `opt
 imports every file of the `optimum.commands.register` namespace; ours (`register_dynamo.py`) adds back each
 export command whose package is installed but that no other register file registers, and its own `export
 executorch` command when optimum-executorch is not installed. No file of either package is edited.
+
+A command put back is imported only when the command line runs it: optimum-executorch's module imports
+transformers.pipelines (torchvision, torch._dynamo: about 6 s), which every other optimum-cli call would pay.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from pathlib import Path
 
 NAMESPACE = "optimum.commands.register"
-# command name under `export` -> (module, class) of the package that provides it
+# command name under `export` -> (module, class) of the package that provides it, and the help line
+# `optimum-cli export --help` shows for it
 EXPORT_COMMANDS = {
-    "onnx": ("optimum.commands.export.onnx", "ONNXExportCommand"),
-    "executorch": ("optimum.commands.export.executorch", "ExecuTorchExportCommand"),
+    "onnx": ("optimum.commands.export.onnx", "ONNXExportCommand", "Export PyTorch to ONNX"),
+    "executorch": ("optimum.commands.export.executorch", "ExecuTorchExportCommand", "Export models to ExecuTorch."),
 }
 
 
@@ -52,10 +57,13 @@ def export_commands(own: str) -> list[tuple]:
 
     present = registered_elsewhere(own)
     commands = []
-    for name, (module, class_name) in EXPORT_COMMANDS.items():
+    for name, (module, class_name, help_line) in EXPORT_COMMANDS.items():
         if name in present:
             continue
         if importlib.util.find_spec(module) is not None:  # installed; its register file was overwritten
+            if sys.argv[1:3] != ["export", name]:  # not run by this command line: its name and help line only
+                commands.append((_listed(name, help_line), ExportCommand))
+                continue
             with import_noise():  # optimum-executorch's command imports transformers.pipelines (torchao)
                 commands.append((getattr(importlib.import_module(module), class_name), ExportCommand))
         elif name == "executorch":
@@ -63,6 +71,14 @@ def export_commands(own: str) -> list[tuple]:
 
             commands.append((command_class(), ExportCommand))
     return commands
+
+
+def _listed(name: str, help_line: str) -> type:
+    """A command optimum-cli lists under `export` without importing it (this command line does not run it)."""
+    from optimum.commands.base import BaseOptimumCLICommand, CommandInfo
+
+    return type(f"Listed{name.title()}Command", (BaseOptimumCLICommand,),
+                {"COMMAND": CommandInfo(name=name, help=help_line)})
 
 
 __all__ = ["EXPORT_COMMANDS", "export_commands", "registered_elsewhere"]

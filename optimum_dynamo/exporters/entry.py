@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ExportError
-from ..options import ExportOptions
+from ..options import FUSED_LEVELS, ExportOptions, check_level
 from ..target import Target, resolve
 from ..tasks import ENCODER_DECODER_TASKS, VISION_LANGUAGE_TASKS
 from .base import ExportContext
 from .onnx import OnnxExporter
-from .onnx_optimize import FUSED_LEVELS, check_level
 from .seq2seq import Seq2SeqOnnxExporter
 from .vision_language import VlmOnnxExporter
 from .vision_language.seq2seq import Seq2SeqVlmOnnxExporter

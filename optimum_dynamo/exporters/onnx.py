@@ -21,13 +21,13 @@ from ..manifest import component_record, runtime_of, write_manifest
 from ..quiet import is_verbose
 from ..flags import DTYPES
 from ..streaming import attach
-from ..options import ExportOptions
+from ..options import FUSED_LEVELS, ExportOptions
 from ..validate import compare, gate, quantized, references, table
 from ..validate.generate import check_generate
 from ..validate.piecewise import BUDGET, PiecewiseSession
 from .base import OFFLOAD, ExportContext, Exporter, release_weights, stage
 from .component import Component
-from .onnx_optimize import FUSED_LEVELS, contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
+from .onnx_optimize import contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
 from .onnx_passes.quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
 

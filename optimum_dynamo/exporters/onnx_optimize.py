@@ -20,6 +20,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from ..errors import ExportError
+from ..options import FUSED_LEVELS
 from .onnx_passes import CONTRIB_DOMAIN, fused, unfused
 from .onnx_passes.cache_attention import CacheAttention
 from .onnx_passes.onnxscript_optimize import OnnxscriptOptimize
@@ -30,22 +31,7 @@ from .onnx_passes.shapes import SimplifyShapes
 from .onnx_passes.share_input_dims import ShareInputDims, share_input_dims
 from .onnx_passes.unpack_vocab import UnpackVocab
 
-LEVELS = ("O1", "O2", "O3", "O4")
-FUSED_LEVELS = ("O3", "O4")
 ATTENTION_OPSET = 23  # first opset with ONNX Attention
-
-
-def check_level(level: str | None) -> None:
-    """Raise ExportError (one line) for a level this exporter cannot honour."""
-    if level is None or level in ("O1", "O2", "O3"):
-        return
-    if level != "O4":
-        raise ExportError(f"--optimize {level}: unknown level (choose from {', '.join(LEVELS)})")
-    import onnxruntime
-
-    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-        raise ExportError("--optimize O4 (O3 + fp16) needs a CUDA GPU and onnxruntime-gpu; none is available: use O3")
-    raise ExportError("--optimize O4 (O3 + fp16) is not supported with --dynamo yet: use O3")
 
 
 def default_opset(level: str | None) -> int | None:
@@ -87,5 +73,5 @@ def contrib_ops(model: ir.Model) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
-__all__ = ["ATTENTION_OPSET", "FUSED_LEVELS", "LEVELS", "check_level", "contrib_ops", "default_opset", "optimize",
+__all__ = ["ATTENTION_OPSET", "contrib_ops", "default_opset", "optimize",
            "fused", "passes", "share_input_dims", "unfused"]
