@@ -23,6 +23,7 @@ _API = {
     "PteCausalLM": "optimum_dynamo.runtime.executorch",
     "ORTModelForImageTextToText": "optimum_dynamo.runtime.image_text_to_text",
     "ORTModelForImageTextToTextSeq2Seq": "optimum_dynamo.runtime.image_text_to_text_seq2seq",
+    "ORTModelForSpeechLM": "optimum_dynamo.runtime.speech_lm",
     "load_program": "optimum_dynamo.exporters.pt2",
     "load_package": "optimum_dynamo.exporters.pt2",
     "package_io": "optimum_dynamo.exporters.pt2",

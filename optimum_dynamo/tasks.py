@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from legacy_bridge import cache_argument
+from legacy_bridge.ort_speech_lm import speech_lm
 
 from .capture import (drive_forward, drive_multiple_choice, drive_seq2seq_generation, drive_text_and_images,
                       drive_text_generation)
@@ -22,6 +23,7 @@ class TaskSpec:
     constants: dict[str, Any] = field(default_factory=dict)  # fixed kwargs of the exported forward
     encoder_decoder: bool = False  # exported as encoder + decoder graphs (exporters/seq2seq.py)
     vision_language: bool = False  # exported as vision, projector, embedding and decoder graphs (exporters/vision_language/exporter.py)
+    speech_language: bool = False  # exported as audio, embedding and decoder graphs (exporters/speech_language.py)
     runtime_module: str = "optimum.onnxruntime"
     auto_class: str | None = None  # transformers' auto class that loads the model (None: optimum's for the task)
     inputs: tuple[str, ...] | None = None  # the graph's inputs (None: the runtime class's forward says)
@@ -73,9 +75,14 @@ def library_task(task: str | None, library: str) -> str:
     return "feature-extraction" if task in (None, "auto", "sentence-similarity") else task
 
 
-# Other forms of a task, for models its first auto class does not map (speech recognition: CTC models)
+# Other forms of a task, for models its first form does not fit (speech recognition: CTC models, and speech LLMs,
+# decoders that transformers maps among its speech seq2seq models: optimum's class loads their components through
+# legacy_bridge.ort_speech_lm)
 VARIANTS: dict[str, list[TaskSpec]] = {
-    "automatic-speech-recognition": [TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC")],
+    "automatic-speech-recognition": [
+        TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC"),
+        TaskSpec(None, "ORTModelForSpeechSeq2Seq", speech_language=True, auto_class="AutoModelForSeq2SeqLM"),
+    ],
 }
 
 
@@ -83,6 +90,16 @@ def _maps(auto_class: str | None, config) -> bool:
     import transformers
 
     return auto_class is not None and "." not in auto_class and type(config) in getattr(transformers, auto_class)._model_mapping
+
+
+def _fits(spec: TaskSpec, config) -> bool:
+    """The form of the task serves the model: its auto class maps the config, and an encoder-decoder form takes
+    encoder-decoder models only (transformers maps speech LLMs, decoders, among its speech seq2seq models)."""
+    if not _maps(spec.auto_class, config):
+        return False
+    if spec.speech_language:
+        return speech_lm(config)
+    return not spec.encoder_decoder or bool(getattr(config, "is_encoder_decoder", False))
 
 
 ENCODER_DECODER_TASKS = [name for name, spec in SUPPORTED.items() if spec.encoder_decoder]
@@ -136,7 +153,7 @@ def _tasks_manager():
 def infer_task(model_id: str, config) -> str:
     """optimum's inference, else the config's architectures (new models optimum does not list; optimum infers
     nothing from a local directory): a causal LM, else an architecture of transformers'
-    AutoModelForImageTextToText (encoder-decoders excepted: their task is image-to-text)."""
+    AutoModelForImageTextToText (encoder-decoders excepted: their task is image-to-text), else a speech LLM."""
     try:
         return _tasks_manager().infer_task_from_model(model_id, library_name="transformers")
     except Exception:
@@ -145,6 +162,8 @@ def infer_task(model_id: str, config) -> str:
             return "text-generation"
         if not getattr(config, "is_encoder_decoder", False) and set(architectures) & _image_text_to_text():
             return "image-text-to-text"
+        if speech_lm(config):
+            return "automatic-speech-recognition"
         raise ExportError(f"cannot infer the task of {model_id}: pass --task")
 
 
@@ -188,8 +207,8 @@ def supported_task(name: str, config=None, library: str = "transformers") -> Tas
     if base not in SUPPORTED:
         raise PipelineError(f"task {base!r} is not supported by --dynamo yet (supported: {', '.join(SUPPORTED)})")
     spec = SUPPORTED[base]
-    if config is not None and not _maps(spec.auto_class, config):
-        spec = next((v for v in VARIANTS.get(base, []) if _maps(v.auto_class, config)), spec)
+    if config is not None and not _fits(spec, config):
+        spec = next((v for v in VARIANTS.get(base, []) if _fits(v, config)), spec)
     return Task(name, base, name != base, spec)
 
 

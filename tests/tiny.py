@@ -533,6 +533,36 @@ def tiny_vlm_processor(path: str | Path, model_type: str):
     return _tiny_processor(model_type, AutoConfig.from_pretrained(path))
 
 
+# Speech LLMs: the audio tower's config, the processor class and its audio placeholder (a special token of the tiny
+# tokenizer; the config's audio token is its id)
+_SPEECH_LM = {
+    "glmasr": dict(audio=dict(model_type="glmasr_encoder", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, num_mel_bins=16, max_position_embeddings=128),
+                   processor="GlmAsrProcessor", token="<|pad|>"),
+}
+
+
+def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bare: bool = False) -> Path:
+    """Write a tiny speech LLM (a type of `_SPEECH_LM`: an audio tower feeding a llama) and its processor (Whisper's
+    feature extractor, 16 mel bins, clips up to 2 s) to `path` (`bare`: the model only)."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig, WhisperFeatureExtractor
+
+    path, spec = Path(path), _SPEECH_LM[model_type]
+    tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"]})
+    text = dict(_DECODER, model_type="llama", pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = AutoConfig.for_model(model_type, text_config=text, audio_config=spec["audio"],
+                                  audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]))
+    torch.manual_seed(seed)
+    model = AutoModelForSeq2SeqLM.from_config(config).eval()
+    model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model.save_pretrained(path)
+    if not bare:
+        extractor = WhisperFeatureExtractor(feature_size=spec["audio"]["num_mel_bins"], chunk_length=2)
+        getattr(transformers, spec["processor"])(extractor, tokenizer).save_pretrained(path)
+    return path
+
+
 def save_tiny_speech_seq2seq(path: str | Path, *, seed: int = 0) -> Path:
     """A tiny Whisper (16 mel bins, 64 frames = 1 s of 16 kHz audio), its feature extractor and a tokenizer."""
     from transformers import WhisperFeatureExtractor

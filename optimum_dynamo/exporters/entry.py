@@ -12,6 +12,7 @@ from ..tasks import ENCODER_DECODER_TASKS, VISION_LANGUAGE_TASKS
 from .base import ExportContext
 from .onnx import OnnxExporter
 from .seq2seq import Seq2SeqOnnxExporter
+from .speech_language import SpeechLmOnnxExporter
 from .vision_language import VlmOnnxExporter
 from .vision_language.seq2seq import Seq2SeqVlmOnnxExporter
 
@@ -51,6 +52,9 @@ def export_target(target: Target, output, options: ExportOptions, attempt: dict 
     if vision_language:
         check_vision_language(target.task_name, options)
         exporter = Seq2SeqVlmOnnxExporter() if encoder_decoder else VlmOnnxExporter()
+    elif target.task.spec.speech_language:  # a speech LLM: components, as vision-language models
+        check_vision_language(target.task_name, options)
+        exporter = SpeechLmOnnxExporter()
     else:
         exporter = Seq2SeqOnnxExporter() if encoder_decoder else OnnxExporter()
     ctx = ExportContext(output=Path(output), options=options, target=target)
@@ -60,11 +64,12 @@ def export_target(target: Target, output, options: ExportOptions, attempt: dict 
 
 
 def check_vision_language(task: str, options: ExportOptions) -> None:
-    """The options a vision-language export (four component graphs, fp32) cannot honour yet: one line each."""
+    """The options a component export (vision-language models, speech LLMs: graphs per component, fp32) cannot
+    honour yet: one line each."""
     from ..flags import FlagError
 
-    refused = [("--monolith", options.monolith, "the model is exported as four component graphs (vision encoder, "
-                "projector, embeddings, decoder); drop --monolith"),
+    refused = [("--monolith", options.monolith, "the model is exported as component graphs (the image or audio "
+                "features, embeddings, decoder); drop --monolith"),
                ("--pt2" if options.pt2 else "--aoti", options.pt2 or options.aoti,
                 "not supported for component exports yet; drop it"),
                (f"--quantize {options.quantize}", options.quantize, "not supported for component exports yet; drop "

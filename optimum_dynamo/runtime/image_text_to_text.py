@@ -71,6 +71,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
     _is_stateful = False
     _supports_cache_class = False
     _library_name = "transformers"
+    layout_file = VLM_FILE  # how the components join (written by the exporter)
 
     def __init__(
         self,
@@ -133,7 +134,7 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             raise ValueError("ORTModelForImageTextToText runs without I/O binding: pass use_io_binding=False or None")
         hub = dict(revision=revision, force_download=force_download, local_files_only=local_files_only,
                    token=token, cache_dir=cache_dir)
-        layout_path = cls._cached_file(model_id, filename=VLM_FILE, subfolder=subfolder, **hub)
+        layout_path = cls._cached_file(model_id, filename=cls.layout_file, subfolder=subfolder, **hub)
         layout = json.loads(layout_path.read_text())
         providers, provider_options = prepare_providers_and_provider_options(
             provider=provider, providers=providers, provider_options=provider_options
@@ -173,13 +174,13 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         self.generation_config.save_pretrained(save_directory)
 
     def _save_pretrained(self, save_directory: str | Path):
-        """Each component's directory (graphs, external data; the step graphs share one) and `vlm.json`."""
+        """Each component's directory (graphs, external data; the step graphs share one) and the layout file."""
         save_directory = Path(save_directory)
         directories = {Path(self.layout["components"][name]).parent: part.path.parent
                        for name, part in self.components.items()}  # the step graphs share one
         for relative, source in directories.items():
             shutil.copytree(source, save_directory / relative, dirs_exist_ok=True)
-        (save_directory / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
+        (save_directory / self.layout_file).write_text(json.dumps(self.layout, indent=2))
         if (self.model_save_dir / MANIFEST_FILE).is_file():
             shutil.copy(self.model_save_dir / MANIFEST_FILE, save_directory / MANIFEST_FILE)
 
@@ -384,18 +385,28 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
         batch_num_images: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        batch, length = input_ids.shape
         prefill = past_key_values is None
         if prefill:
             pixels = {k: kwargs.get(k) for k in self.layout.get("image_inputs", [])}
             inputs = self.prompt_inputs(input_ids, pixel_values, image_grid_thw=image_grid_thw,
                                         image_sizes=image_sizes, pixel_attention_mask=pixel_attention_mask,
                                         batch_num_images=batch_num_images, **pixels)
-            past_key_values = self.empty_past(batch)
         else:  # decode steps: the image is in the past
             inputs = {"inputs_embeds": self.embed(input_ids)}
             if "deepstack_layers" in self.layout:
-                inputs["deepstack_visual_embeds"] = self._no_deepstack(batch, length)
+                inputs["deepstack_visual_embeds"] = self._no_deepstack(*input_ids.shape)
+        return self.decode(input_ids, inputs, attention_mask, past_key_values, position_ids, token_type_ids=token_type_ids,
+                           image_grid_thw=image_grid_thw if pixel_values is not None else None,
+                           mm_token_type_ids=mm_token_type_ids)
+
+    def decode(self, input_ids, inputs: dict, attention_mask, past_key_values, position_ids, *, token_type_ids=None,
+               image_grid_thw=None, mm_token_type_ids=None) -> CausalLMOutputWithPast:
+        """One run of the decoder on the step's `inputs` (embeddings; the prefill's with the media rows placed): the
+        mask, positions and past filled in as transformers' `generate` makes them."""
+        batch, length = input_ids.shape
+        prefill = past_key_values is None
+        if prefill:
+            past_key_values = self.empty_past(batch)
         flat_past = [t for pair in past_key_values for t in pair]
         if attention_mask is None:
             past_length = max(t.shape[-2] for t in flat_past) if flat_past else 0
@@ -405,8 +416,8 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             position_ids = position_rules.positions("mask", input_ids, attention_mask, total - length)
         position_ids = position_ids + self.layout.get("position_offset", 0)  # PaliGemma counts from 1
         if "rope_rows" in self.layout:  # 3-D positions (Qwen2-VL)
-            position_ids = self.rope_positions(input_ids, attention_mask, position_ids, prefill,
-                                               image_grid_thw if pixel_values is not None else None, mm_token_type_ids)
+            position_ids = self.rope_positions(input_ids, attention_mask, position_ids, prefill, image_grid_thw,
+                                               mm_token_type_ids)
         feed = {**inputs, "attention_mask": attention_mask, "position_ids": position_ids,
                 **dict(zip(self.key_value_input_names, flat_past))}
         if self.uses_token_types:

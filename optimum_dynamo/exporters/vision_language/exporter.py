@@ -409,6 +409,8 @@ class VlmOnnxExporter(ObservedOnnxExporter):
     config, generation config, processor and `vlm.json` (one manifest on top). The CLI's export
     (`--task image-text-to-text`) loads the model and its processor; `export_vlm` passes them."""
 
+    layout_file = VLM_FILE  # how the runtime joins the components
+
     def __init__(self, *, image=None, prompt: str | None = None, max_new_tokens: int = 4):
         super().__init__({}, directories=True)
         self.image, self.prompt, self.max_new_tokens = image, prompt, max_new_tokens
@@ -446,7 +448,7 @@ class VlmOnnxExporter(ObservedOnnxExporter):
             share_component_weights(ctx.staging, ctx.components, shared)
 
     def copy_files(self, ctx: ExportContext) -> None:
-        (ctx.staging / VLM_FILE).write_text(json.dumps(self.layout, indent=2))
+        (ctx.staging / self.layout_file).write_text(json.dumps(self.layout, indent=2))
         ctx.model.config.save_pretrained(ctx.staging)
         if getattr(ctx.model, "generation_config", None) is not None:  # ORTModelForImageTextToText's defaults
             ctx.model.generation_config.save_pretrained(ctx.staging)

@@ -1,0 +1,204 @@
+"""Speech LLMs: an audio tower feeding a text decoder (GLM-ASR, AudioFlamingo 3, Qwen2-Audio, Voxtral, ...), the
+audio features replacing the rows of the prompt's audio tokens. The components are observed during one real
+`generate` on two clips, each exported and checked by onnxruntime on its calls, as vision-language models are:
+
+- `audio_features`: the model's own `get_audio_features` (tower, projector, the rows of the valid frames), the
+  processor's features and their mask -> one row per audio token, the clips in order;
+- `embed_tokens`, `decoder_model`: as for vision-language models (`vision_language.TextDecoder`).
+
+`speech_lm.json` tells the runtime (`optimum_dynamo.ORTModelForSpeechLM`, which optimum's
+`ORTModelForSpeechSeq2Seq.from_pretrained` returns for such a directory) how to join them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import PurePosixPath
+
+import numpy as np
+import torch
+
+from legacy_bridge.ort_speech_lm import audio_token_id, speech_lm
+
+from ..capture import Call, InputObserver, observe
+from ..capture.drivers import Generation, greedy
+from ..errors import ExportError
+from .base import ExportContext, load_weights
+from .component import Component
+from .vision_language.exporter import DECODER_INPUTS, TextDecoder, VlmOnnxExporter, check_decoder, decoder_calls
+
+logger = logging.getLogger(__name__)
+
+LAYOUT_FILE = "speech_lm.json"
+SAMPLING_RATE = 16000
+
+
+def default_clips(rate: int = SAMPLING_RATE, seconds: tuple[float, ...] = (1.0, 0.6), seed: int = 0) -> list:
+    """Synthesized clips (noise at speech level) of other lengths, for observation runs without real ones."""
+    rng = np.random.default_rng(seed)
+    return [(0.1 * rng.standard_normal(int(rate * s))).astype(np.float32) for s in seconds]
+
+
+def processor_inputs(processor, clips: list, prompt: str | None, **kwargs) -> dict:
+    """The processor's inputs for `clips`, as users make them: its transcription request where it has one and a
+    chat template, else its audio placeholder before `prompt` (one per clip); `kwargs`: the processor's own."""
+    rate = getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE)
+    if prompt is None and getattr(processor, "chat_template", None) and hasattr(processor, "apply_transcription_request"):
+        return dict(processor.apply_transcription_request(clips, sampling_rate=rate, **kwargs))
+    token = getattr(processor, "audio_token", None)
+    if token is None:
+        raise ExportError(f"{type(processor).__name__} has no audio placeholder (audio_token) and no chat template: "
+                          "cannot make the prompt of the export's run")
+    text = [f"{token} {prompt or 'Transcribe the audio.'}"] * len(clips)
+    if "padding" not in kwargs:  # prompts of two lengths padded; the audio as the processor pads it
+        kwargs["text_kwargs"] = {"padding": True}
+    return dict(processor(text=text, audio=clips, sampling_rate=rate, return_tensors="pt", **kwargs))
+
+
+class AudioFeatures(torch.nn.Module):
+    """The model's own `get_audio_features` on the processor's audio tensors: one row per audio token, the clips
+    in order (transformers 5 returns them as the output's `pooler_output`)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **audio):
+        out = self.model.get_audio_features(**audio)
+        if not isinstance(out, torch.Tensor):
+            out = out.pooler_output
+        return out.reshape(-1, out.shape[-1])
+
+    @classmethod
+    def taking(cls, model: torch.nn.Module, names: list[str]) -> "AudioFeatures":
+        """The wrapper whose forward declares `names` (torch.export binds inputs and dynamic shapes to them)."""
+        keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        forward = lambda self, **audio: cls.forward(self, **audio)  # noqa: E731
+        forward.__signature__ = inspect.Signature([inspect.Parameter(n, keyword) for n in ["self", *names]])
+        return type(cls.__name__, (cls,), {"forward": forward})(model)
+
+
+def audio_inputs(model, inputs: dict) -> dict[str, torch.Tensor]:
+    """The processor's tensors `get_audio_features` takes (features and their mask, whatever their names)."""
+    params = inspect.signature(model.get_audio_features).parameters
+    return {k: v for k, v in inputs.items() if k in params and isinstance(v, torch.Tensor)}
+
+
+def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, max_new_tokens: int = 4):
+    """One greedy `generate` on two clips under observation: (plan, layout, that `Generation`), as `observe_vlm`."""
+    token_id = audio_token_id(model.config)
+    inner, embeddings = getattr(model, "model", None), model.get_input_embeddings()
+    if not hasattr(model, "get_audio_features") or not isinstance(inner, torch.nn.Module):
+        raise ExportError(f"{type(model).__name__} has no get_audio_features and inner model: the export takes speech "
+                          "LLMs whose audio features replace audio-token rows of the input embeddings")
+    language = [m for m in inner.children() if _holds(m, embeddings)]
+    if len(language) != 1:
+        raise ExportError(f"cannot tell the language model among {[n for n, _ in inner.named_children()]}")
+    clips = clips or default_clips(getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE))
+    inputs = processor_inputs(processor, clips, prompt)
+    with observe(top=model, embed=embeddings, language=language[0]) as obs, torch.no_grad():
+        tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
+    for observer in obs.values():
+        logger.info("    %s", observer.summary())
+    if not obs["language"].calls:
+        raise ExportError("generate never ran the language model")
+
+    decoder = TextDecoder(model)
+    decoder_obs = InputObserver(decoder, "decoder", calls=decoder_calls(obs["top"].calls, obs["language"].calls, None))
+    check_decoder(decoder, decoder_obs.calls[0], obs["language"].calls[0])
+    plan = {
+        "audio_features": (audio_observer(model, inputs, obs["language"].calls[0], token_id, processor), None, None),
+        "embed_tokens": (obs["embed"], None, None),
+        "decoder_model": (decoder_obs, DECODER_INPUTS[:4], {}),
+    }
+    layout = {
+        "model_type": model.config.model_type,
+        "components": {name: f"{name}/model.onnx" for name in plan},
+        "audio_token_id": token_id,
+        "audio_inputs": list(audio_inputs(model, inputs)),
+        "vocab_size": model.config.get_text_config().vocab_size,
+    }
+    given = {k: v for k, v in inputs.items() if k != "labels"}
+    return plan, layout, Generation(given, greedy(max_new_tokens), tokens[:, inputs["input_ids"].shape[1] :])
+
+
+def _holds(module: torch.nn.Module, embeddings: torch.nn.Module) -> bool:
+    try:
+        return module.get_input_embeddings() is embeddings
+    except (AttributeError, NotImplementedError):
+        return False
+
+
+def audio_observer(model, inputs: dict, language: Call, token_id: int, processor) -> InputObserver:
+    """The audio graph's calls: the clips of the observed prompt -> the rows the model merged at its audio tokens
+    (read from the language model's embeddings at the prefill, checked against the wrapper in PyTorch), and a
+    second batch of one clip of another length, so the number of frames is dynamic."""
+    given = audio_inputs(model, inputs)
+    wrapper = AudioFeatures.taking(model, list(given))
+    merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == token_id]
+    with torch.no_grad():
+        rows = wrapper(**given)
+    if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
+        raise ExportError(f"get_audio_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
+                          "audio rows the model merged into its embeddings: cannot export the audio component")
+    calls = [Call(given, merged)]
+    # a clip padded to its own length, not the processor's window: where the tower takes it (GLM-ASR; Whisper-style
+    # towers take their full window only), the number of frames is dynamic
+    other = audio_inputs(model, processor_inputs(processor, default_clips(seconds=(1.6,), seed=1), "other", padding=True))
+    if {k: tuple(v.shape) for k, v in other.items()} != {k: tuple(v.shape) for k, v in given.items()}:
+        try:
+            with torch.no_grad():
+                calls.append(Call(other, wrapper(**other)))
+        except (RuntimeError, ValueError) as e:  # PyTorch's own refusal of that length
+            logger.info("    audio_features: frames fixed at %s (the tower refuses %s: %s)",
+                        tuple(given[next(iter(given))].shape[2:]), tuple(other[next(iter(other))].shape[2:]),
+                        str(e).splitlines()[0][:120])
+    return InputObserver(wrapper, "audio_features", calls=calls)
+
+
+def load_audio_processor(model_id: str, loading: dict):
+    """The checkpoint's processor (tokenizer and feature extractor); refused in one line without one: the export
+    runs the model on clips and a prompt, which only the processor can make."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(model_id, **loading)
+        if hasattr(processor, "feature_extractor"):
+            return processor
+        got = f"got a {type(processor).__name__} only"
+    except Exception as e:
+        got = type(e).__name__
+    raise ExportError(f"cannot load the processor of {model_id} ({got}): speech LLM exports run the model on clips and "
+                      "a prompt, which need the checkpoint's processor files (tokenizer and feature extractor)")
+
+
+class SpeechLmOnnxExporter(VlmOnnxExporter):
+    """The three components, observed in one `generate` on two clips, one directory each, beside the model's config,
+    generation config, processor and `speech_lm.json` (one manifest on top)."""
+
+    layout_file = LAYOUT_FILE
+
+    def __init__(self, *, clips=None, prompt: str | None = None, max_new_tokens: int = 4):
+        super().__init__(prompt=prompt, max_new_tokens=max_new_tokens)
+        self.clips = clips
+
+    def load(self, ctx: ExportContext) -> None:
+        target = ctx.target
+        ctx.model_id, ctx.config, ctx.task = target.model_id, target.config, target.task
+        ctx.processor = load_audio_processor(ctx.model_id, ctx.options.loading)  # before the weights
+        ctx.model = target.model.eval() if target.model is not None else load_weights(ctx)
+
+    def components(self, ctx: ExportContext) -> list[Component]:
+        self.parts, self.layout, generation = observe_speech_lm(ctx.model, ctx.processor, self.clips, self.prompt,
+                                                                self.max_new_tokens)
+        self.tokens, ctx.generations = generation.tokens, [generation]
+        parts = super(VlmOnnxExporter, self).components(ctx)
+        for part in parts:
+            path = PurePosixPath(self.layout["components"][part.name])
+            part.directory, part.stem = str(path.parent), path.stem
+        return parts
+
+
+__all__ = ["AudioFeatures", "LAYOUT_FILE", "SpeechLmOnnxExporter", "default_clips", "speech_lm",
+           "observe_speech_lm", "processor_inputs"]
