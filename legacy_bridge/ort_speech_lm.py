@@ -21,9 +21,8 @@ def audio_token_id(config) -> int | None:
 
 
 def speech_lm(config) -> bool:
-    """A decoder-only model with an audio tower whose features replace audio-token rows."""
-    return (not getattr(config, "is_encoder_decoder", False) and audio_token_id(config) is not None
-            and getattr(config, "audio_config", None) is not None)
+    """A decoder-only model whose audio features replace audio-token rows (its config names the audio token)."""
+    return not getattr(config, "is_encoder_decoder", False) and audio_token_id(config) is not None
 
 
 def _apply(cls, original: dict) -> None:

@@ -17,7 +17,11 @@ from tiny import save_tiny_speech_lm
 TASK = "automatic-speech-recognition"
 ATOL = 1e-4
 PROGRAM = "optimum-cli export onnx --dynamo: error: "
-MODELS = ["glmasr"]  # transformers 5 only
+# transformers 5 only; AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) under `slow`
+MODELS = ["glmasr", pytest.param("audioflamingo3", marks=pytest.mark.slow)]
+# the processor's own padding (the feature extractor's window), then, where the tower takes any number of frames, the
+# clips' longest
+PADDINGS = {"glmasr": ({}, {"padding": True})}
 GREEDY = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, return_dict_in_generate=True, output_logits=True)
 
 
@@ -45,8 +49,7 @@ def test_components_load_in_ort_speech_seq2seq_and_generate_like_pytorch(model_t
     reference = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
     token = processor.audio_token
     prompts = [f"{token} hello there", f"{token} the quick brown fox jumps"]
-    # the processor's own padding (the feature extractor's window), then the clips' longest (frames of another number)
-    for padding in ({}, {"padding": True}):
+    for padding in PADDINGS.get(model_type, ({},)):
         batch = processor(text=prompts, audio=_clips(0.8, 1.4), sampling_rate=16000, return_tensors="pt", **padding)
         assert batch["attention_mask"][0].min() == 0  # left-padded prompts
         with torch.no_grad():

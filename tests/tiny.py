@@ -538,7 +538,12 @@ def tiny_vlm_processor(path: str | Path, model_type: str):
 _SPEECH_LM = {
     "glmasr": dict(audio=dict(model_type="glmasr_encoder", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, num_mel_bins=16, max_position_embeddings=128),
-                   processor="GlmAsrProcessor", token="<|pad|>"),
+                   processor="GlmAsrProcessor", token="<|pad|>", text="llama"),
+    # a Whisper-style tower: its full window only (2 s: 200 frames, 100 positions)
+    "audioflamingo3": dict(audio=dict(model_type="audioflamingo3_encoder", hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4, num_mel_bins=16,
+                                      max_source_positions=100),
+                           processor="AudioFlamingo3Processor", token="<sound>", text="qwen2"),
 }
 
 
@@ -550,7 +555,7 @@ def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bar
 
     path, spec = Path(path), _SPEECH_LM[model_type]
     tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"]})
-    text = dict(_DECODER, model_type="llama", pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    text = dict(_DECODER, model_type=spec["text"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
     config = AutoConfig.for_model(model_type, text_config=text, audio_config=spec["audio"],
                                   audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]))
     torch.manual_seed(seed)

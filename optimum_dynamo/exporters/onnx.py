@@ -27,6 +27,7 @@ from ..validate.generate import check_generate
 from ..validate.piecewise import BUDGET, PiecewiseSession
 from .base import OFFLOAD, ExportContext, Exporter, release_weights, stage
 from .component import Component
+from . import translations
 from .onnx_optimize import contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
 from .onnx_passes.quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
@@ -250,12 +251,13 @@ class GraphInputs:
 
 
 def translate_program(program: torch.export.ExportedProgram, options: ExportOptions):
-    """torch.onnx's translation (no optimization: `optimize_graph` does it); the opset follows --opset,
-    else what --optimize needs."""
+    """torch.onnx's translation (no optimization: `optimize_graph` does it), with the ops it lacks
+    (`translations`); the opset follows --opset, else what --optimize needs."""
     opset = options.opset or default_opset(options.optimize_level)
     keep_rank_squeezes(program)
     drop_tensor_asserts(program)
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
+                                     custom_translation_table=translations.TABLE,
                                      verbose=None if is_verbose() else False)
     onnx_program.exported_program = None  # memory: the ONNX model is what is kept
     return onnx_program

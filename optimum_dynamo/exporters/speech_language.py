@@ -81,7 +81,8 @@ class AudioFeatures(torch.nn.Module):
 
 def audio_inputs(model, inputs: dict) -> dict[str, torch.Tensor]:
     """The processor's tensors `get_audio_features` takes (features and their mask, whatever their names)."""
-    params = inspect.signature(model.get_audio_features).parameters
+    inner = getattr(model, "model", None)  # the top model's own may take (*args, **kwargs) and pass them on
+    params = inspect.signature(getattr(inner, "get_audio_features", model.get_audio_features)).parameters
     return {k: v for k, v in inputs.items() if k in params and isinstance(v, torch.Tensor)}
 
 
@@ -118,6 +119,8 @@ def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, m
         "audio_token_id": token_id,
         "audio_inputs": list(audio_inputs(model, inputs)),
         "vocab_size": model.config.get_text_config().vocab_size,
+        # positions as the language model had them: from the mask (left padding), or counted from its cache
+        "positions": "mask" if "position_ids" in obs["language"].calls[0].kwargs else "count",
     }
     given = {k: v for k, v in inputs.items() if k != "labels"}
     return plan, layout, Generation(given, greedy(max_new_tokens), tokens[:, inputs["input_ids"].shape[1] :])

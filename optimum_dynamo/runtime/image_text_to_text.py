@@ -412,8 +412,9 @@ class ORTModelForImageTextToText(ORTParentMixin, ORTModel, GenerationMixin):
             past_length = max(t.shape[-2] for t in flat_past) if flat_past else 0
             attention_mask = torch.ones((batch, past_length + length), dtype=torch.long, device=input_ids.device)
         total = attention_mask.shape[1]
-        if position_ids is None:  # from the mask, as transformers does for left padding
-            position_ids = position_rules.positions("mask", input_ids, attention_mask, total - length)
+        if position_ids is None:  # from the mask, as transformers does for left padding (or as the layout says)
+            position_ids = position_rules.positions(self.layout.get("positions", "mask"), input_ids, attention_mask,
+                                                    total - length)
         position_ids = position_ids + self.layout.get("position_offset", 0)  # PaliGemma counts from 1
         if "rope_rows" in self.layout:  # 3-D positions (Qwen2-VL)
             position_ids = self.rope_positions(input_ids, attention_mask, position_ids, prefill, image_grid_thw,

@@ -45,10 +45,8 @@ class ORTModelForSpeechLM(ORTModelForImageTextToText):
             is_audio = input_ids == self.layout["audio_token_id"]
             given = {k: v for k, v in audio.items() if k in self.layout["audio_inputs"] and v is not None}
             if is_audio.any() or given:
-                if not given:
-                    raise ValueError(f"{int(is_audio.sum())} audio tokens in the prompt but no "
-                                     f"{self.layout['audio_inputs'][0]}")
-                rows = self.audio_rows(given)
+                feed = {"input_ids": input_ids, "attention_mask": attention_mask, **given}  # MusicFlamingo reads the ids
+                rows = self.audio_rows({k: feed.get(k) for k in self.layout["audio_inputs"]})
                 if rows.shape[0] != is_audio.sum():
                     raise ValueError(f"{int(is_audio.sum())} audio tokens in the prompt but {rows.shape[0]} audio features")
                 embeds[is_audio] = rows.to(embeds.dtype)

@@ -156,7 +156,10 @@ def decoder_calls(top: list[Call], language: list[Call], token_types: torch.Tens
         mask = step.kwargs.get("attention_mask")
         if mask is None:
             mask = torch.ones(embeds.shape[0], past.get_seq_length() + embeds.shape[1], dtype=torch.long)
-        positions = inner.kwargs["position_ids"]
+        positions = inner.kwargs.get("position_ids")
+        if positions is None:  # the language model counted them from its cache (MOSS): the same, explicit
+            past_length = past.get_seq_length()
+            positions = torch.arange(past_length, past_length + embeds.shape[1]).expand(embeds.shape[0], -1)
         positions = positions.transpose(0, 1) if positions.dim() == 3 else positions  # batch first (TextDecoder)
         kwargs = {"inputs_embeds": embeds, "attention_mask": mask, "position_ids": positions,
                   "past_key_values": past}

@@ -1,0 +1,40 @@
+"""ONNX translations of aten ops torch.onnx's own table lacks, given to its `custom_translation_table`. Adding one
+is writing a function of onnxscript ops (traced, as torch.onnx's own are) and decorating it with `translates`."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from onnxscript import INT64
+from onnxscript import opset18 as op
+
+TABLE: dict[Callable, Callable] = {}
+
+
+def translates(*targets) -> Callable:
+    def register(function: Callable) -> Callable:
+        for target in targets:
+            TABLE[target] = function
+        return function
+
+    return register
+
+
+@translates(torch.ops.aten.searchsorted.Tensor)
+def searchsorted(sorted_sequence, self, out_int32: bool = False, right: bool = False, side: str | None = None,
+                 sorter=None):
+    """The insertion index of each value: how many entries of its row of `sorted_sequence` are below it (at or
+    below with `right`). MusicFlamingo maps audio rows to clips with it."""
+    if sorter is not None:
+        raise NotImplementedError("searchsorted with a sorter")
+    right = right or side == "right"
+    if sorted_sequence.dtype != self.dtype:  # compared as torch promotes them (int64 counts, float boundaries)
+        sorted_sequence, self = op.Cast(sorted_sequence, to=11), op.Cast(self, to=11)  # 11: double
+    entries, values = op.Unsqueeze(sorted_sequence, [-2]), op.Unsqueeze(self, [-1])  # (..., 1, S), (..., V, 1)
+    below = op.LessOrEqual(entries, values) if right else op.Less(entries, values)
+    count = op.ReduceSum(op.Cast(below, to=INT64.dtype), [-1], keepdims=0)
+    return op.Cast(count, to=6) if out_int32 else count  # 6: int32
+
+
+__all__ = ["TABLE", "searchsorted", "translates"]
