@@ -8,7 +8,7 @@ ZOO_TASKS_ARGS ?=
 # (see its README.md); empty in a clone without one, whose T4main/T5main targets then skip with one line.
 OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/vendor/optimum-onnx-main-*.tar.gz 2>/dev/null)))
 
-.PHONY: bench-big lane-t4 lane-t5 zoo zoo-tasks env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
+.PHONY: bench-big lane-t4 lane-t5 zoo zoo-tasks env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-env-t4 smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
 
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
@@ -72,16 +72,21 @@ wheel: $(if $(WHEEL_BUILT),,env-t4)
 	$(if $(WHEEL_BUILT),@ls dist/*.whl,rm -rf dist)
 	$(if $(WHEEL_BUILT),,.venv-t4/bin/python -m build -q -o dist . >/dev/null)
 
-# $(call smoke,NAME,REQUIREMENTS,WHEEL,ONNX): a fresh .venv-smoke-NAME with REQUIREMENTS (without sentence-transformers and the executorch
-# extra), the wheel as WHEEL says (T4: with its optimum-onnx extra, then `pip check`), the optimum-onnx ONNX
-# installed --no-deps over whatever is there (transformers 5), then the smoke set.
-define smoke
+# $(call smoke_env,NAME,REQUIREMENTS,WHEEL,ONNX): a fresh .venv-smoke-NAME with REQUIREMENTS (without
+# sentence-transformers and the executorch extra), the wheel as WHEEL says (T4: with its optimum-onnx extra, then
+# `pip check`), the optimum-onnx ONNX installed --no-deps over whatever is there (transformers 5).
+define smoke_env
 	rm -rf .venv-smoke-$(1) && $(PYTHON) -m venv .venv-smoke-$(1)
 	grep -v -E '^(executorch|accelerate|torchvision|sentence-transformers)' $(2) > .venv-smoke-$(1)/requirements.txt
 	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q -r .venv-smoke-$(1)/requirements.txt
 	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q $(3)
 	$(if $(findstring optimum-onnx,$(3)),.venv-smoke-$(1)/bin/pip check)
 	$(if $(4),.venv-smoke-$(1)/bin/pip install -q --no-deps --force-reinstall $(4))
+endef
+
+# $(call smoke,NAME,...): the environment (unless SMOKE_ENV_BUILT names it: built beforehand), then the smoke set.
+define smoke
+	$(if $(filter $(1),$(SMOKE_ENV_BUILT)),,$(call smoke_env,$(1),$(2),$(3),$(4)))
 	$(call smoke_run,$(1))
 endef
 
@@ -96,6 +101,9 @@ define smoke_main
 endef
 
 smoke_run = cd tests/smoke && SMOKE_WHEEL="$$(ls ../../dist/*.whl)" ../../.venv-smoke-$(1)/bin/python -m pytest $(SMOKE_ARGS) .
+
+smoke-env-t4: wheel
+	$(call smoke_env,t4,.ci/t4.txt,"$$(ls dist/*.whl)[optimum-onnx]",)
 
 smoke-t4: wheel
 	$(call smoke,t4,.ci/t4.txt,"$$(ls dist/*.whl)[optimum-onnx]",)
@@ -121,9 +129,14 @@ test:
 	$(MAKE) wheel
 	$(MAKE) -j2 --output-sync=target lane-t4 lane-t5 WHEEL_BUILT=1
 
+# T4's smoke environment is built while its suite runs (pip unpacking from its cache, about a minute off the lane);
+# T5's cannot be (the disk holds three environments at once: .venv-t5 is removed first).
+# In the background of the recipe's shell: the lanes hold both of make's job slots.
 lane-t4:
-	OMP_NUM_THREADS=1 $(MAKE) test-t4
-	OMP_NUM_THREADS=1 $(MAKE) smoke-t4main
+	$(MAKE) smoke-env-t4 > dist/smoke-env-t4.log 2>&1 & built=$$!; \
+	OMP_NUM_THREADS=1 $(MAKE) test-t4; tests=$$?; \
+	wait $$built; env=$$?; cat dist/smoke-env-t4.log; [ $$tests -eq 0 ] && [ $$env -eq 0 ]
+	OMP_NUM_THREADS=1 $(MAKE) smoke-t4main SMOKE_ENV_BUILT=t4
 
 lane-t5:
 	OMP_NUM_THREADS=1 $(MAKE) test-t5
