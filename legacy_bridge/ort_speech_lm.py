@@ -2,15 +2,22 @@
 
 transformers 5 maps speech LLMs (Voxtral, Qwen3-ASR, GLM-ASR, ...), decoders fed audio features, among its speech
 seq2seq models; optimum's class loads encoder-decoder graphs only, choosing Whisper's and Moonshine's own classes by
-model type in `_from_pretrained`. The wrapper does the same for a speech LLM's config: optimum_dynamo's
-`ORTModelForSpeechLM` loads the components `--dynamo` exported for it.
+model type in `_from_pretrained`. The wrapper does the same for a speech LLM's config: the loader optimum_dynamo
+registers when activated (`use`: its `ORTModelForSpeechLM`) loads the components `--dynamo` exported for it.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .hooks import MethodPatch
 
 _MODULE = "optimum.onnxruntime.modeling_seq2seq"
+LOADERS: list[Callable] = []  # (model_id, config, **kwargs) -> the runtime model; none: optimum's own path
+
+
+def use(load: Callable) -> None:
+    LOADERS[:] = [load]
 
 
 def audio_token_id(config) -> int | None:
@@ -29,10 +36,8 @@ def _apply(cls, original: dict) -> None:
     load = original["_from_pretrained"] = cls.__dict__["_from_pretrained"]
 
     def _from_pretrained(cls, model_id, config, **kwargs):
-        if speech_lm(config):
-            from optimum_dynamo import ORTModelForSpeechLM
-
-            return ORTModelForSpeechLM._from_pretrained(model_id, config, **kwargs)
+        if speech_lm(config) and LOADERS:
+            return LOADERS[0](model_id, config, **kwargs)
         return load.__func__(cls, model_id, config, **kwargs)
 
     cls._from_pretrained = classmethod(_from_pretrained)

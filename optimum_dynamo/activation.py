@@ -24,13 +24,22 @@ def _call(where: str, name: str):
     return call
 
 
+def _speech_lm(model_id, config, **kwargs):
+    """What optimum's `ORTModelForSpeechSeq2Seq` loads a speech LLM's export with (legacy_bridge.ort_speech_lm)."""
+    from .runtime.speech_lm import ORTModelForSpeechLM
+
+    return ORTModelForSpeechLM._from_pretrained(model_id, config, **kwargs)
+
+
 def install() -> None:
     """Apply the legacy bridge, and make `--dynamo` and `dynamo=True` reach optimum-dynamo once optimum's CLI
     or runtime is imported (idempotent)."""
     import legacy_bridge
+    from legacy_bridge import ort_speech_lm
     from legacy_bridge.hooks import when_imported
 
     legacy_bridge.install()
+    ort_speech_lm.use(_speech_lm)
     for module in _RUNTIME_MODULES:
         when_imported(module, _call("integration", "patch_runtime"))
     when_imported("optimum.commands.export.onnx", _call("cli.onnx", "install"))
