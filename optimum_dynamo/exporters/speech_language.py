@@ -26,7 +26,9 @@ from ..capture.drivers import Generation, greedy
 from ..errors import ExportError
 from .base import ExportContext, load_weights
 from .component import Component
-from .vision_language.exporter import DECODER_INPUTS, TextDecoder, VlmOnnxExporter, check_decoder, decoder_calls
+from .vision_language.exporter import (DECODER_INPUTS, TextDecoder, VlmOnnxExporter, check_decoder, decoder_calls,
+                                       holds_embeddings)
+from .vision_language.image_features import merged_rows, taking
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +72,6 @@ class AudioFeatures(torch.nn.Module):
             out = out.pooler_output
         return out.reshape(-1, out.shape[-1])
 
-    @classmethod
-    def taking(cls, model: torch.nn.Module, names: list[str]) -> "AudioFeatures":
-        """The wrapper whose forward declares `names` (torch.export binds inputs and dynamic shapes to them)."""
-        keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        forward = lambda self, **audio: cls.forward(self, **audio)  # noqa: E731
-        forward.__signature__ = inspect.Signature([inspect.Parameter(n, keyword) for n in ["self", *names]])
-        return type(cls.__name__, (cls,), {"forward": forward})(model)
-
 
 def audio_inputs(model, inputs: dict) -> dict[str, torch.Tensor]:
     """The processor's tensors `get_audio_features` takes (features and their mask, whatever their names)."""
@@ -93,7 +87,7 @@ def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, m
     if not hasattr(model, "get_audio_features") or not isinstance(inner, torch.nn.Module):
         raise ExportError(f"{type(model).__name__} has no get_audio_features and inner model: the export takes speech "
                           "LLMs whose audio features replace audio-token rows of the input embeddings")
-    language = [m for m in inner.children() if _holds(m, embeddings)]
+    language = [m for m in inner.children() if holds_embeddings(m, embeddings)]
     if len(language) != 1:
         raise ExportError(f"cannot tell the language model among {[n for n, _ in inner.named_children()]}")
     clips = clips or default_clips(getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE))
@@ -126,26 +120,13 @@ def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, m
     return plan, layout, Generation(given, greedy(max_new_tokens), tokens[:, inputs["input_ids"].shape[1] :])
 
 
-def _holds(module: torch.nn.Module, embeddings: torch.nn.Module) -> bool:
-    try:
-        return module.get_input_embeddings() is embeddings
-    except (AttributeError, NotImplementedError):
-        return False
-
-
 def audio_observer(model, inputs: dict, language: Call, token_id: int, processor) -> InputObserver:
     """The audio graph's calls: the clips of the observed prompt -> the rows the model merged at its audio tokens
     (read from the language model's embeddings at the prefill, checked against the wrapper in PyTorch), and a
     second batch of one clip of another length, so the number of frames is dynamic."""
     given = audio_inputs(model, inputs)
-    wrapper = AudioFeatures.taking(model, list(given))
-    merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == token_id]
-    with torch.no_grad():
-        rows = wrapper(**given)
-    if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
-        raise ExportError(f"get_audio_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
-                          "audio rows the model merged into its embeddings: cannot export the audio component")
-    calls = [Call(given, merged)]
+    wrapper = taking(AudioFeatures, list(given))(model)
+    calls = [Call(given, merged_rows(wrapper, given, language, inputs["input_ids"], token_id, "audio"))]
     # a clip padded to its own length, not the processor's window: where the tower takes it (GLM-ASR; Whisper-style
     # towers take their full window only), the number of frames is dynamic
     other = audio_inputs(model, processor_inputs(processor, default_clips(seconds=(1.6,), seed=1), "other", padding=True))

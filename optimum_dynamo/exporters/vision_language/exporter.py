@@ -257,6 +257,14 @@ def _load(model_or_dir, processor):
     return model_or_dir.eval(), processor
 
 
+def holds_embeddings(module: torch.nn.Module, embeddings: torch.nn.Module) -> bool:
+    """Whether `module` is the language model: it holds the input embeddings."""
+    try:
+        return module.get_input_embeddings() is embeddings
+    except (AttributeError, NotImplementedError):  # 4.57's towers, Janus' VQ-VAE
+        return False
+
+
 def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set[str] | None = None) -> dict[str, str]:
     """The inner model's children by what they do, not their names (`language_model` / `text_model`,
     `vision_tower` / `vision_model`, `multi_modal_projector` / `connector`): the language model holds the
@@ -264,14 +272,7 @@ def inner_parts(inner: torch.nn.Module, embeddings: torch.nn.Module, called: set
     `called`: the children a `generate` with an image ran (Janus' image-generation parts take no part). Returns
     role -> child name (no vision tower with several: the model's `get_image_features` is then the image graph)."""
     children = {n: m for n, m in inner.named_children() if called is None or n in called}
-
-    def holds_embeddings(m) -> bool:
-        try:
-            return m.get_input_embeddings() is embeddings
-        except (AttributeError, NotImplementedError):  # 4.57's towers, Janus' VQ-VAE
-            return False
-
-    language = [n for n, m in children.items() if holds_embeddings(m)]
+    language = [n for n, m in children.items() if holds_embeddings(m, embeddings)]
     vision = [n for n, m in children.items() if "pixel_values" in inspect.signature(m.forward).parameters]
     if not vision:  # a tower over patches (Qwen2-VL's `visual`, forward(hidden_states, grid_thw)): by its config
         kind = type(getattr(inner.config, "vision_config", None))

@@ -157,14 +157,8 @@ class ImageFeatures(torch.nn.Module):
                               "pair whose output is what the model merged: cannot export the image component")
         pixels = inputs["pixel_values"]
         given = {"pixel_values": pixels, **other_pixels(model.model.get_image_features, inputs)}
-        wrapper = _taking(cls, list(given))(model.model, image_sizes(pixels, inputs.get("image_sizes")))
-        merged = language.kwargs["inputs_embeds"][inputs["input_ids"] == image_id]
-        with torch.no_grad():
-            rows = wrapper(**given)
-        if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
-            raise ExportError(f"get_image_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
-                              "image rows the model merged into its embeddings: cannot export the image component")
-        calls = [Call(given, merged)]
+        wrapper = taking(cls, list(given))(model.model, image_sizes(pixels, inputs.get("image_sizes")))
+        calls = [Call(given, merged_rows(wrapper, given, language, inputs["input_ids"], image_id, "image"))]
         if wrapper.image_sizes == "pixels" and other is not None:
             with torch.no_grad():
                 calls.append(Call({"pixel_values": other["pixel_values"]}, wrapper(other["pixel_values"])))
@@ -238,19 +232,31 @@ class GridImageFeatures(torch.nn.Module):
         return InputObserver(wrapper, "image_features", calls=calls)
 
 
-def _taking(cls, names: list[str]):
+def taking(cls, names: list[str]):
     """`cls` whose forward declares `names` (torch.export matches inputs and dynamic shapes to the signature; the
-    extra pixels arrive through `**pixels`)."""
-    if len(names) == 1:
-        return cls
+    extra ones arrive through its `**kwargs`)."""
     keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    if [p.name for p in inspect.signature(cls.forward).parameters.values() if p.kind is keyword][1:] == names:
+        return cls
     signature = inspect.Signature([inspect.Parameter(n, keyword) for n in ["self", *names]])
 
-    def forward(self, pixel_values, **pixels):
-        return cls.forward(self, pixel_values, **pixels)
+    def forward(self, *args, **kwargs):
+        return cls.forward(self, *args, **kwargs)
 
     forward.__signature__ = signature
     return type(cls.__name__, (cls,), {"forward": forward})
+
+
+def merged_rows(wrapper, given: dict, language: Call, input_ids: torch.Tensor, token_id: int, kind: str) -> torch.Tensor:
+    """The rows the model merged at its `kind` tokens (read from the language model's embeddings at the prefill),
+    checked against `wrapper` on the processor's tensors in PyTorch; one error line when they differ."""
+    merged = language.kwargs["inputs_embeds"][input_ids == token_id]
+    with torch.no_grad():
+        rows = wrapper(**given)
+    if rows.shape != merged.shape or not torch.allclose(rows, merged, atol=1e-5):
+        raise ExportError(f"get_{kind}_features gives {tuple(rows.shape)} rows that are not the {tuple(merged.shape)} "
+                          f"{kind} rows the model merged into its embeddings: cannot export the {kind} component")
+    return merged
 
 
 def other_pixels(get_image_features, inputs: dict) -> dict[str, torch.Tensor]:
