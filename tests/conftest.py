@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,20 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run slow sweeps too")
 
 
+# this environment, as `once` names it: transformers 4 ("t4") or 5 ("t5")
+ENVIRONMENT = "t5" if int(version("transformers").split(".")[0]) >= 5 else "t4"
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow (make test-all)")
     for item in items:
+        once = item.get_closest_marker("once")
         if "slow" in item.keywords:
             item.add_marker(skip)
+        elif once is not None and once.args[0] != ENVIRONMENT:
+            item.add_marker(pytest.mark.skip(reason=f"once: runs in {once.args[0]}, here with --runslow (make test-all)"))
 
 
 def memoized(make):

@@ -32,7 +32,15 @@ def _torch_model(model_type, checkpoint):
     return TasksManager.get_model_class_for_task(task, library="transformers").from_pretrained(checkpoint).eval()
 
 
-@pytest.mark.parametrize("model_type", list(BARE))
+# CI: these in one environment (make test-all: both)
+ONCE = {"t5": "t5", "codegen": "t4"}
+
+
+def _params(types):
+    return [pytest.param(m, marks=pytest.mark.once(ONCE[m])) if m in ONCE else m for m in types]
+
+
+@pytest.mark.parametrize("model_type", _params(BARE))
 def test_bare_checkpoint_runs_in_runtime_class_at_unseen_sizes(model_type, bare_checkpoints, bare_exports):
     checkpoint, out = bare_checkpoints(model_type), bare_exports(model_type)
     assert not PREPROCESSOR & {p.name for p in checkpoint.iterdir()}
@@ -84,7 +92,7 @@ def test_bare_checkpoint_runs_in_runtime_class_at_unseen_sizes(model_type, bare_
 TEXT = [m for m in BARE if m not in ("vit", "whisper")]
 
 
-@pytest.mark.parametrize("model_type", TEXT)
+@pytest.mark.parametrize("model_type", _params(TEXT))
 def test_text_exports_keep_batch_and_sequence_axes_dynamic(model_type, bare_exports):
     """Every graph of a text export takes input_ids with symbolic batch and sequence axes."""
     out = bare_exports(model_type)

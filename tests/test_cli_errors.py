@@ -1,5 +1,7 @@
 """Bad input: one clear error line, non-zero exit, no output directory."""
 
+import pytest
+
 from conftest import optimum_cli
 
 
@@ -33,6 +35,7 @@ def test_without_dynamo_the_flag_is_listed_in_help():
     assert run.returncode == 0 and "--dynamo" in run.stdout
 
 
+@pytest.mark.once("t5")
 def test_decoder_classification_without_a_pad_token(bare_checkpoints, tmp_path):
     """A decoder's sequence classification finds each row's last token by the pad id: a config without one cannot
     run the capture's batches; one line names the option that sets it (no fallback, nothing written)."""

@@ -8,6 +8,7 @@ import pytest
 from optimum_dynamo.compare import compare_exporters, table
 
 
+@pytest.mark.once("t4")
 def test_compare_command_on_llama(checkpoints):
     run = subprocess.run([sys.executable, "-m", "optimum_dynamo.compare", "--model", str(checkpoints("llama")),
                           "--task", "text-generation-with-past"], capture_output=True, text=True, timeout=1200)

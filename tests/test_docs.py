@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -11,6 +13,7 @@ def offline(block: str, hub_id: str, checkpoint: Path) -> str:
     return block.replace(f'"{hub_id}"', repr(str(checkpoint)))
 
 
+@pytest.mark.once("t4")
 def test_python_api_example_runs(capsys, tmp_path):
     from tiny import save_tiny_decoder
 
@@ -26,6 +29,7 @@ def test_python_api_example_runs(capsys, tmp_path):
     assert "(3, 6, 128)" in out or "(3, 1, 128)" in out
 
 
+@pytest.mark.once("t5")
 def test_vlm_example_runs(capsys, tmp_path):
     from tiny import save_tiny_vlm
 

@@ -48,6 +48,7 @@ def _error_lines(run):
     return [line for line in run.stderr.splitlines() if "error" in line.lower()]
 
 
+@pytest.mark.once("t5")
 def test_failed_dynamo_export_falls_back_to_torchscript(checkpoints, tmp_path):
     """Made the default by the migration switch (no --dynamo): the fallback's own torchscript export must not
     take the dynamo path again."""
@@ -65,6 +66,7 @@ def test_failed_dynamo_export_falls_back_to_torchscript(checkpoints, tmp_path):
     assert_causal_lm_parity(ort_model, torch_model, padded_batch(AutoTokenizer.from_pretrained(out)))
 
 
+@pytest.mark.once("t5")
 def test_no_fallback_fails_with_one_line_and_no_output(checkpoints, tmp_path):
     out = tmp_path / "out"
     run = broken_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoints("llama"), out)
@@ -87,6 +89,7 @@ _GROSS = (r"dynamo export failed \(GrossMismatch: output '[\w.]+' differs from P
           r"\(call \d+\): the graph is wrong; an explicit --atol above the difference writes it anyway\)")
 
 
+@pytest.mark.once("t4")
 def test_grossly_wrong_graph_is_never_a_success(checkpoints, tmp_path):
     """Validation showing logits off by far more than 1e-2: the torchscript fallback where optimum has an
     OnnxConfig (llama), with the reason in its one warning line; never the wrong graph with exit status 0."""
@@ -103,6 +106,7 @@ def test_grossly_wrong_graph_is_never_a_success(checkpoints, tmp_path):
                             padded_batch(AutoTokenizer.from_pretrained(out)))
 
 
+@pytest.mark.once("t4")
 def test_grossly_wrong_graph_without_fallback_exits_non_zero_and_writes_nothing(checkpoints, tmp_path):
     out = tmp_path / "out"
     run = broken_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoints("llama"), out, body=WRONG)
@@ -112,6 +116,7 @@ def test_grossly_wrong_graph_without_fallback_exits_non_zero_and_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.once("t5")
 def test_an_explicit_loose_atol_writes_the_graph(checkpoints, tmp_path):
     """The user's own bound decides: a wrong graph within it is written (and its manifest says how wrong)."""
     out = tmp_path / "out"
@@ -130,6 +135,7 @@ def test_bad_input_never_falls_back(checkpoints, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.once("t5")
 def test_mpt_ends_with_a_working_export(tmp_path):
     """mpt was reported to end with no export on transformers 4 (a capture without past, then a graph that is
     not optimum's): the real CLI must end with a working export, dynamo or the fallback with its reason."""
@@ -143,6 +149,7 @@ def test_mpt_ends_with_a_working_export(tmp_path):
     assert_causal_lm_parity(ort_model, torch_model, padded_batch(AutoTokenizer.from_pretrained(out)))
 
 
+@pytest.mark.once("t4")
 @pytest.mark.parametrize("silenced", [False, True])
 def test_torchscript_path_prints_a_deprecation_notice(silenced, checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMUM_DYNAMO_NO_DEPRECATION", "1" if silenced else "0")

@@ -97,6 +97,7 @@ def flagged_export(bare_checkpoints, tmp_path_factory):
     return out, run
 
 
+@pytest.mark.once("t5")
 def test_ignored_options_print_one_notice_each(flagged_export):
     _, run = flagged_export
     notices = [x for x in run.stderr.splitlines() if x.startswith("optimum-cli export onnx --dynamo: notice: ")]
@@ -116,6 +117,7 @@ def test_pad_token_id_opset_and_folding_in_output(flagged_export, bare_exports):
     assert read_manifest(out)["exporter"] == "dynamo"
 
 
+@pytest.mark.once("t4")
 def test_model_kwargs_reach_the_forward(bare_checkpoints, tmp_path):
     out = tmp_path / "out"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", bare_checkpoints("bert"), "--task", "feature-extraction",

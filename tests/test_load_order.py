@@ -116,6 +116,7 @@ def _pytorch_outputs(name, ckpt, onnx_dir, out):
     return torch.load(out)
 
 
+@pytest.mark.once("t4")
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in MODELS])
 def test_ort_model_first_leaves_pytorch_outputs_unchanged(name, exported, tmp_path):
     ckpt, onnx_dir = exported(name)

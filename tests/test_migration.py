@@ -47,6 +47,7 @@ def test_invalid_switch_value(monkeypatch, tmp_path, checkpoints):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.once("t4")
 def test_switch_makes_plain_cli_export_dynamo_and_prints_only_our_lines(monkeypatch, checkpoints, tmp_path):
     monkeypatch.setenv(ENV, "1")
     out = tmp_path / "out"
@@ -63,6 +64,7 @@ def test_switch_makes_plain_cli_export_dynamo_and_prints_only_our_lines(monkeypa
     assert re.findall(r"^\[\d+/(\d+)\] (.+)$", run.stderr, re.M) == [(str(len(stages)), label) for label in stages]
 
 
+@pytest.mark.once("t5")
 def test_no_dynamo_goes_back_to_torchscript(monkeypatch, checkpoints, tmp_path):
     monkeypatch.setenv(ENV, "1")
     out = tmp_path / "out"
@@ -82,6 +84,7 @@ print(json.loads(manifest.read_text())["exporter"] if manifest.exists() else "to
 """
 
 
+@pytest.mark.once("t4")
 @pytest.mark.parametrize("kwargs, expected", [({}, "dynamo"), ({"dynamo": False}, "torchscript")])
 def test_switch_makes_from_pretrained_export_dynamo(monkeypatch, checkpoints, kwargs, expected):
     monkeypatch.setenv(ENV, "1")
@@ -98,6 +101,7 @@ main_export(sys.argv[1], sys.argv[2], task="text-generation-with-past", **json.l
 """
 
 
+@pytest.mark.once("t5")
 @pytest.mark.parametrize("kwargs, expected", [({}, "dynamo"), ({"dynamo": False}, "torchscript")])
 def test_switch_makes_main_export_dynamo(monkeypatch, checkpoints, tmp_path, kwargs, expected):
     """optimum's `main_export` in a fresh process: the switch chooses dynamo, `dynamo=False` goes back."""

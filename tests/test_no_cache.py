@@ -23,6 +23,7 @@ def _generate_keeps_cache(model) -> bool:
     return any(cache is not None and cache.get_seq_length() > 0 for cache in returned)
 
 
+@pytest.mark.once("t4")
 def test_with_past_without_a_cache_is_one_line_and_nothing_written(tmp_path):
     ckpt, out = save_tiny_decoder("bert", tmp_path / "bert"), tmp_path / "out"
     torch_model = AutoModelForCausalLM.from_pretrained(ckpt).eval()
@@ -40,6 +41,7 @@ def test_with_past_without_a_cache_is_one_line_and_nothing_written(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.once("t5")
 def test_the_advised_task_exports_a_graph_the_runtime_runs(tmp_path):
     """`--task text-generation` (what the refusal advises): captured as `generate` runs without a cache, the
     whole sequence in every call, which is how ORTModelForCausalLM(use_cache=False) runs the graph."""

@@ -83,6 +83,7 @@ def pytorch_greedy(checkpoint):
     return out[0, len(PROMPT):].tolist()
 
 
+@pytest.mark.once("t5")
 def test_manifest_and_package_names(pt2_export):
     _, out = pt2_export
     manifest = json.loads((out / "optimum_dynamo.json").read_text())
@@ -103,6 +104,7 @@ def test_reloaded_program_generates_pytorch_greedy_tokens(pt2_export, kind):
     assert run.stdout.strip().splitlines()[-1] == str(pytorch_greedy(checkpoint))
 
 
+@pytest.mark.once("t4")
 def test_main_export_writes_the_program(checkpoints, tmp_path):
     from optimum.exporters.onnx import main_export
 

@@ -80,6 +80,7 @@ def test_without_dynamo_main_export_is_optimums(bare_checkpoints, tmp_path):
     ort.ORTModelForMaskedLM.from_pretrained(tmp_path / "out")
 
 
+@pytest.mark.once("t4")
 def test_weights_released_only_when_the_export_loaded_them(checkpoints, tmp_path):
     """Memory: a model the export loads itself is emptied before the onnxruntime session loads its copy; a
     model the caller passes is left as it was (same values after the export)."""

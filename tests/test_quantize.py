@@ -89,6 +89,7 @@ def test_quantized_decoder_in_optimum_runtime(model_type, scheme, checkpoints, d
     assert not (out / ".fp32").exists()
 
 
+@pytest.mark.once("t5")
 def test_from_pretrained_head_and_embeddings(checkpoints):
     """`from_pretrained(export=True, dynamo=True, quantize="int4", quantize_head=False, quantize_embeddings=True)`:
     the vocabulary projection stays a MatMul on fp32 weights, the embeddings become GatherBlockQuantized, the
@@ -140,6 +141,7 @@ def test_python_refusals(checkpoints, tmp_path):
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.once("t4")
 def test_optimum_onnxruntime_commands_on_a_dynamo_export(checkpoints, dynamo_exports, tmp_path):
     """optimum's own `onnxruntime quantize --avx2` (dynamic int8) and `optimize -O2` read our export, and
     ORTModelForCausalLM runs what they write."""

@@ -23,6 +23,7 @@ def export(checkpoints, tmp_path_factory):
     return checkpoints("llama"), out, run.stderr
 
 
+@pytest.mark.once("t4")
 def test_the_export_log_says_what_was_generated(export):
     *_, log = export
     assert "    ORTModelForCausalLM.generate: PyTorch's greedy tokens on 2 captured batches" in log.splitlines()

@@ -33,6 +33,7 @@ def _save_tiny_sentence_model(path):
 
 
 # the library as optimum infers it (the checkpoint's modules.json) in one environment, the flag in the other (CI's time)
+@pytest.mark.once("t4")
 @pytest.mark.parametrize("flag", [[] if ON_5 else ["--library-name", "sentence_transformers"]])
 def test_sentence_embedding_equals_encode(flag, tmp_path):
     checkpoint, out = _save_tiny_sentence_model(tmp_path / "model"), tmp_path / "onnx"

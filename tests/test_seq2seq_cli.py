@@ -73,6 +73,7 @@ def test_greedy_and_scores_match_pytorch(model_type, seq2seq):
     assert max(row["max_abs"] for row in manifest["discrepancies"]) < ATOL
 
 
+@pytest.mark.once("t5")
 def test_tiny_norm_eps_gives_no_nan_on_padded_rows(tmp_path):
     """Encoder-decoder graphs go through the decoders' optimizer: onnxscript's default rules dropped
     `x + 1e-8` as a no-op, so the RMSNorm of a padded row (a zero pad embedding) divided by zero."""
@@ -97,6 +98,7 @@ def test_tiny_norm_eps_gives_no_nan_on_padded_rows(tmp_path):
     assert diff < ATOL, f"scores differ by {diff:.3e}"
 
 
+@pytest.mark.once("t4")
 def test_from_pretrained_export_dynamo(tmp_path):
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
@@ -183,6 +185,7 @@ def _assert_same_generation(got, expected):
     assert len(got.scores) == 8 and diff < ATOL, f"scores differ by {diff:.3e}"
 
 
+@pytest.mark.once("t4")
 def test_whisper_through_ort_speech_seq2seq(tmp_path):
     import numpy as np
     from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
@@ -213,6 +216,7 @@ def test_whisper_through_ort_speech_seq2seq(tmp_path):
     assert diff < ATOL, f"logits differ by {diff:.3e}"
 
 
+@pytest.mark.once("t5")
 def test_vision_encoder_decoder_through_ort_vision2seq(tmp_path):
     import numpy as np
     from optimum.onnxruntime import ORTModelForVision2Seq

@@ -37,7 +37,7 @@ def sliding_exports(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "gemma2"])
+@pytest.mark.parametrize("model_type", [pytest.param("mistral", marks=pytest.mark.once("t4")), "gemma2"])
 def test_bounded_cache_generates_like_pytorch(model_type, sliding_exports):
     ckpt, out = sliding_exports(model_type)
     ort_model = ORTModelForCausalLM.from_pretrained(out)

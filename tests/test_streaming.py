@@ -38,8 +38,8 @@ def _streamed(checkpoint: Path, out: Path, *flags) -> Path:
 
 
 @pytest.mark.parametrize("model_type, flags", [
-    ("mixtral", ()),
-    ("tied qwen2", ("--optimize", "O3", "--quantize", "int4")),
+    pytest.param("mixtral", (), marks=pytest.mark.once("t5")),
+    pytest.param("tied qwen2", ("--optimize", "O3", "--quantize", "int4"), marks=pytest.mark.once("t4")),
     pytest.param("llama", ("--dtype", "fp16"), marks=pytest.mark.slow),
 ], ids=["mixtral-fp32", "O3-int4", "fp16"])
 def test_streamed_export_writes_the_same_bytes(checkpoints, dynamo_exports, tmp_path, model_type, flags):
@@ -214,6 +214,7 @@ def test_a_weight_is_written_in_blocks_of_rows_with_the_bytes_of_the_whole(tmp_p
     assert odd.column_blocks(4) is None
 
 
+@pytest.mark.once("t5")
 def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_path):
     """bf16, three shards and an index, the head tied to the embedding, as 7B-70B checkpoints come: exported in
     fp32 with its weights streamed, ORTModelForCausalLM gives the greedy tokens of PyTorch's model loaded in fp32
@@ -237,6 +238,7 @@ def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_pat
     assert got.tolist() == expected.tolist()
 
 
+@pytest.mark.once("t4")
 def test_an_invalid_switch_is_refused_in_one_line(checkpoints, tmp_path):
     run = _cli("--model", checkpoints("llama"), tmp_path / "out", stream="maybe")
     errors = [line for line in run.stderr.splitlines() if "error" in line]
@@ -344,6 +346,7 @@ def test_a_state_space_model_the_size_would_stream_loads_in_memory(tmp_path, mon
     assert (tmp_path / "out" / "model.onnx").exists()
 
 
+@pytest.mark.once("t4")
 def test_pt2_of_a_model_the_size_would_stream_loads_in_memory(checkpoints, tmp_path, monkeypatch, caplog):
     """--pt2 writes the program's weights from memory: when only the size chose streaming (lowered here to 0
     bytes) and the weights fit, they load in memory, as before streaming was the default."""
@@ -360,6 +363,7 @@ def test_pt2_of_a_model_the_size_would_stream_loads_in_memory(checkpoints, tmp_p
     assert list((tmp_path / "out").glob("*.pt2"))
 
 
+@pytest.mark.once("t4")
 @pytest.mark.parametrize("model_type", ["bert", pytest.param("vit", marks=pytest.mark.slow)])  # the same loader
 def test_a_non_generative_task_streams_to_the_same_bytes(bare_checkpoints, bare_exports, tmp_path, model_type):
     """Encoders from 1 GiB (e5-large, bge-m3) stream by default through the same loader: a fill-mask and an

@@ -119,6 +119,7 @@ def test_prompt_without_image_placeholder_is_refused(tmp_path):
     assert not (tmp_path / "onnx" / "vlm.json").exists()
 
 
+@pytest.mark.once("t4")
 def test_atol_below_the_measured_difference_names_the_component_and_leaves_nothing(tmp_path):
     path = save_tiny_vlm("llava", tmp_path / "model")
     with pytest.raises(ExportError, match=r"^vision_encoder: output '[\w.]+' differs from PyTorch by .* > atol 1e-12"):
@@ -126,6 +127,7 @@ def test_atol_below_the_measured_difference_names_the_component_and_leaves_nothi
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.once("t5")
 def test_gemma3_generates_past_its_sliding_window(tmp_path):
     """Observed across the window (10-token prompt, window 12, 6 new tokens), the sliding past is a
     bounded axis of its own, and 14 greedy tokens (24 positions) equal PyTorch's."""

@@ -111,6 +111,7 @@ def test_greedy_tokens_equal_pytorch(model_type, checkpoints, exported):
     assert tokens.tolist() == expected.tolist()
 
 
+@pytest.mark.once("t4")
 def test_main_export_from_python(checkpoints, exported, tmp_path):
     from optimum.exporters.onnx import main_export
 
@@ -184,6 +185,7 @@ def test_processor_needing_torchvision_is_refused_naming_it(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.once("t5")
 def test_atol_is_honoured(checkpoints, tmp_path):
     out = tmp_path / "out"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints["llava"], "--atol", "1e-12", out)
@@ -194,6 +196,7 @@ def test_atol_is_honoured(checkpoints, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.once("t5")
 def test_without_dynamo_one_line_suggests_it(checkpoints, tmp_path):
     out = tmp_path / "out"
     run = optimum_cli("export", "onnx", "--model", checkpoints["llava"], "--task", TASK, out)
