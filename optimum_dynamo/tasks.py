@@ -46,6 +46,9 @@ SUPPORTED: dict[str, TaskSpec] = {
     "image-classification": TaskSpec(drive_forward, "ORTModelForImageClassification"),
     "zero-shot-image-classification": TaskSpec(drive_text_and_images, "ORTModelForZeroShotImageClassification"),
     "semantic-segmentation": TaskSpec(drive_forward, "ORTModelForSemanticSegmentation"),
+    # optimum's pipeline task: semantic segmenters here, mask-per-query models in VARIANTS
+    "image-segmentation": TaskSpec(drive_forward, "ORTModelForSemanticSegmentation",
+                                   auto_class="AutoModelForSemanticSegmentation"),
     "object-detection": TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",)),
     "depth-estimation": TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",)),
     "audio-classification": TaskSpec(drive_forward, "ORTModelForAudioClassification"),
@@ -79,6 +82,12 @@ def library_task(task: str | None, library: str) -> str:
 # decoders that transformers maps among its speech seq2seq models: optimum's class loads their components through
 # legacy_bridge.ort_speech_lm)
 VARIANTS: dict[str, list[TaskSpec]] = {
+    # instance / panoptic segmenters (DETR, MaskFormer, Mask2Former, EoMT, ...): a class and a mask per query,
+    # which optimum's semantic-segmentation class does not return
+    "image-segmentation": [
+        TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",), auto_class=auto)
+        for auto in ("AutoModelForUniversalSegmentation", "AutoModelForInstanceSegmentation")
+    ],
     "automatic-speech-recognition": [
         TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC"),
         TaskSpec(None, "ORTModelForSpeechSeq2Seq", speech_language=True, auto_class="AutoModelForSeq2SeqLM"),

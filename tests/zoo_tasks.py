@@ -31,6 +31,10 @@ class Task:
     mapping: str  # transformers.models.auto.modeling_auto.<mapping>
     auto: str  # the PyTorch auto class
     runtime: str  # optimum's runtime class (ORTModelForCustomTasks where optimum has none)
+    more: tuple[tuple[str, str], ...] = ()  # (mapping, auto class) of the task's other forms
+
+    def forms(self) -> tuple[tuple[str, str], ...]:
+        return ((self.mapping, self.auto),) + self.more
 
 
 TASKS = {
@@ -57,13 +61,18 @@ TASKS = {
                              "ORTModelForCustomTasks"),
     "semantic-segmentation": Task("MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
                                   "AutoModelForSemanticSegmentation", "ORTModelForSemanticSegmentation"),
+    # instance / panoptic segmentation: a class and a mask per query (optimum's task; semantic segmenters are the
+    # row above)
+    "image-segmentation": Task("MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES", "AutoModelForUniversalSegmentation",
+                               "ORTModelForCustomTasks", more=(("MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES",
+                                                                "AutoModelForInstanceSegmentation"),)),
     "depth-estimation": Task("MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES", "AutoModelForDepthEstimation",
                              "ORTModelForCustomTasks"),
     "zero-shot-image-classification": Task("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
                                            "AutoModelForZeroShotImageClassification",
                                            "ORTModelForZeroShotImageClassification"),
 }
-IMAGE = {"image-classification", "object-detection", "semantic-segmentation", "depth-estimation"}
+IMAGE = {"image-classification", "object-detection", "semantic-segmentation", "image-segmentation", "depth-estimation"}
 # backbones of stages (resnet, convnext, swin, ...): one block per stage, 16 channels, 64x64 images (a 32-pixel
 # image is one position after a stride of 32); detectors: 8 queries (their top-k over a tiny image's anchors)
 TINY_IMAGE = dict(zoo.TINY_VISION, image_size=64, hidden_sizes=16, depths=1, embedding_size=16, embed_dim=16,
@@ -88,7 +97,7 @@ EXTRACTORS = {"wav2vec2-bert": ("SeamlessM4TFeatureExtractor", "its checkpoints 
 def population(task: str) -> list[str]:
     from transformers.models.auto import modeling_auto
 
-    return sorted(getattr(modeling_auto, TASKS[task].mapping))
+    return sorted(set().union(*(getattr(modeling_auto, mapping, {}) for mapping, _ in TASKS[task].forms())))
 
 
 def in_optimum_registry(model_type: str, task: str) -> bool:
@@ -207,11 +216,12 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
             kv, heads = getattr(part, "num_key_value_heads", None), getattr(part, "num_attention_heads", None)
             if isinstance(kv, int) and isinstance(heads, int) and kv > heads > 0:
                 part.num_key_value_heads = heads
-        named = getattr(modeling_auto, TASKS[task].mapping)[model_type]
+        mapping, auto = next((m, a) for m, a in TASKS[task].forms() if model_type in getattr(modeling_auto, m, {}))
+        named = getattr(modeling_auto, mapping)[model_type]
         if isinstance(named, tuple):  # several classes (deit: with a teacher): a checkpoint names its own
             config.architectures = [named[0]]
         torch.manual_seed(0)
-        model = getattr(transformers, TASKS[task].auto).from_config(config).eval()
+        model = getattr(transformers, auto).from_config(config).eval()
         if task in IMAGE:  # off the initial values (zero heads, prior biases): a detector's top-k of tied scores
             with torch.no_grad():  # picks queries in any order, a trained one's does not
                 for weight in model.parameters():
