@@ -12,9 +12,9 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from tiny import save_tiny_decoder
 from parity import assert_causal_lm_parity, padded_batch
 
-from conftest import optimum_cli
+from conftest import ENVIRONMENT, optimum_cli
 
-ENV = "t5" if int(transformers.__version__.split(".")[0]) >= 5 else "t4"
+ENV = ENVIRONMENT
 
 # Smaller than prompt + 8 new tokens, so bounded (sliding) caches really wrap.
 WINDOW = 6

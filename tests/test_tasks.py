@@ -3,12 +3,11 @@ auto class, runtime class and graph inputs). The exports themselves are measured
 (tests/zoo_tasks.py) and test_forward_tasks.py."""
 
 import pytest
-import transformers
 from transformers import AutoConfig
 
 from optimum_dynamo.tasks import resolve_task
 
-ON_5 = int(transformers.__version__.split(".")[0]) >= 5
+from conftest import ENVIRONMENT
 
 
 @pytest.mark.parametrize("model_type, task, auto_class, runtime_class, inputs", [
@@ -20,7 +19,7 @@ ON_5 = int(transformers.__version__.split(".")[0]) >= 5
     ("mask2former", "image-segmentation", "AutoModelForUniversalSegmentation", "ORTModelForCustomTasks",
      ("pixel_values",)),
     pytest.param("rf_detr", "image-segmentation", "AutoModelForInstanceSegmentation", "ORTModelForCustomTasks",
-                 ("pixel_values",), marks=pytest.mark.skipif(not ON_5, reason="RF-DETR is new in transformers 5")),
+                 ("pixel_values",), marks=pytest.mark.skipif(ENVIRONMENT == "t4", reason="RF-DETR is new in transformers 5")),
     ("wav2vec2", "automatic-speech-recognition", "AutoModelForCTC", "ORTModelForCTC", None),
     ("whisper", "automatic-speech-recognition", "AutoModelForSpeechSeq2Seq", "ORTModelForSpeechSeq2Seq", None),
 ])

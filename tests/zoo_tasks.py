@@ -185,7 +185,8 @@ def _inputs(task: str, model, config, tokenizer) -> dict:
         raise ValueError(f"main input {main} is not text, images or waveforms")
     texts = [t for t in TEXTS for _ in range(2)] if task == "multiple-choice" else TEXTS
     if "pixel_values" in takes:  # dual encoders' text towers pool at the first eos: texts end with it, padded on
-        texts, tokenizer.padding_side = [f"{t} {tokenizer.eos_token}" for t in texts], "right"  # the right (CLIP's)
+        texts = [f"{t} {tokenizer.eos_token}" for t in texts]  # the right, as CLIP-style tokenizers (and the saved
+        tokenizer.padding_side = "right"  # checkpoint's) do
     batch = {k: v for k, v in tokenizer(texts, return_tensors="pt", padding=True).items() if k in takes}
     if task == "multiple-choice":
         batch = {k: v.reshape(2, 2, -1) for k, v in batch.items()}
