@@ -81,3 +81,19 @@ def test_rank_change_is_an_error(recorded):
     calls = [Call({"input_ids": torch.zeros(2, 3, dtype=torch.long)}), Call({"input_ids": torch.zeros(2, 3, 1)})]
     with pytest.raises(CaptureError, match="'input_ids' changes rank"):
         infer_arguments(calls, ["input_ids"])
+
+
+def test_a_tokenizer_that_gives_no_ids_is_replaced_by_random_ones(tmp_path):
+    """transformers 5 loads a word-level tokenizer.json saved beside a qwen2 config as Qwen2Tokenizer, which gives
+    no ids at all: the forward capture then runs random ids of two lengths, as without a tokenizer."""
+    import transformers
+
+    from optimum_dynamo.capture.samples import FORWARD_TEXTS, text_batches
+    from tiny import tiny_config, tiny_tokenizer
+
+    model = transformers.AutoModelForSequenceClassification.from_config(tiny_config("qwen2")).eval()
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer(128).save_pretrained(tmp_path)
+    batches = text_batches(model, AutoTokenizer.from_pretrained(tmp_path), FORWARD_TEXTS)
+    assert [tuple(b["input_ids"].shape) for b in batches] in ([(2, 6), (3, 11)], [(2, 5), (3, 8)])
+    assert all(int(b["input_ids"].max()) < model.config.vocab_size for b in batches)

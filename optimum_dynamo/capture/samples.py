@@ -82,13 +82,15 @@ def vocab_size(config) -> int:
 
 
 def text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, torch.Tensor]]:
-    """Tokenized batches (padded), or random ids of two lengths; only inputs the model takes."""
+    """Tokenized batches (padded), or random ids of two lengths where the tokenizer's ids do not fit the vocabulary
+    or are empty (transformers 5's Qwen2Tokenizer over a tokenizer.json it does not rebuild); only inputs the model
+    takes."""
     params = forward_params(model)
     text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     vocab = vocab_size(model.config)
     if tokenizer is not None:
         batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
-        if all(int(b["input_ids"].max()) < vocab for b in batches):
+        if all(b["input_ids"].numel() and int(b["input_ids"].max()) < vocab for b in batches):
             return [{k: v for k, v in b.items() if k in params} for b in batches]
     batches = []
     for seed, (batch, length) in enumerate([(2, 6), (3, 11)]):
