@@ -217,6 +217,37 @@ def test_whisper_through_ort_speech_seq2seq(tmp_path):
 
 
 @pytest.mark.once("t5")
+def test_a_speech_encoder_with_a_mask_through_ort_speech_seq2seq(tmp_path):
+    """Speech2Text masks padded frames in its encoder and its cross-attention: the capture runs the extractor with
+    its mask, as the ASR pipeline does, so both graphs take it (optimum's runtime feeds it to both), and a padded
+    batch of two clips of other lengths generates PyTorch's tokens and scores."""
+    import numpy as np
+    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
+    from transformers import GenerationConfig, Speech2TextFeatureExtractor, Speech2TextForConditionalGeneration
+
+    from tiny import tiny_config, tiny_tokenizer
+
+    ckpt = tmp_path / "checkpoint"
+    torch.manual_seed(0)
+    torch_model = Speech2TextForConditionalGeneration(tiny_config("speech_to_text", input_feat_per_channel=16)).eval()
+    torch_model.generation_config = GenerationConfig(decoder_start_token_id=2, pad_token_id=1, eos_token_id=2)
+    torch_model.save_pretrained(ckpt)
+    extractor = Speech2TextFeatureExtractor(feature_size=16, num_mel_bins=16)
+    extractor.save_pretrained(ckpt)
+    tiny_tokenizer(torch_model.config.vocab_size).save_pretrained(ckpt)
+    out = _export(ckpt, "automatic-speech-recognition-with-past", tmp_path / "onnx")
+    ort_model = ORTModelForSpeechSeq2Seq.from_pretrained(out)
+    assert list(ort_model.encoder.input_names) == ["input_features", "attention_mask"]
+    rng = np.random.default_rng(1)
+    waves = [0.3 * rng.standard_normal(n).astype(np.float32) for n in (11000, 6000)]
+    features = extractor(waves, sampling_rate=16000, return_tensors="pt", padding=True)
+    assert not features["attention_mask"].all()
+    with torch.no_grad():
+        expected = torch_model.generate(**features, **KW)
+    _assert_same_generation(ort_model.generate(**features, **KW), expected)
+
+
+@pytest.mark.once("t5")
 def test_vision_encoder_decoder_through_ort_vision2seq(tmp_path):
     import numpy as np
     from optimum.onnxruntime import ORTModelForVision2Seq

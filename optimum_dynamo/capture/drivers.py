@@ -162,7 +162,7 @@ def drive_image_forward(model, processor=None) -> None:
 @torch.no_grad()
 def drive_seq2seq_generation(model, tokenizer=None, processor=None, batches=None) -> None:
     """`batches`: two batches of encoder inputs (else made for the model's modality: `encoder_batches`)."""
-    batches = batches or encoder_batches(model, tokenizer, processor)
+    batches = batches or encoder_batches(model, tokenizer, processor, mask=True)  # the ASR pipeline's mask too
     generation = model.generation_config
     options = greedy(pad=optional(model.config, "pad_token_id", 0) if generation.pad_token_id is None else None)
     for batch in batches:

@@ -201,10 +201,12 @@ def _image_batches(model, processor) -> list[dict[str, torch.Tensor]]:
 
 def encoder_batches(model, tokenizer=None, processor=None, mask: bool = False) -> list[dict[str, torch.Tensor]]:
     """Two batches of encoder inputs of the model's modality (text rows are left-padded; `mask`: speech features
-    with the mask their extractor gives)."""
+    with the mask their extractor gives; raw waveforms as `waveform_batches`)."""
     main = getattr(model, "main_input_name", "input_ids")
     if main == "input_features":
         return _speech_batches(model, processor, mask)
+    if main == "input_values":
+        return waveform_batches(model, processor)
     if main == "pixel_values":
         return _image_batches(model, processor)
     # EncoderDecoderModel: its encoder's own config has the vocabulary (FSMT's encoder has no config of its own)
