@@ -444,3 +444,32 @@ def test_funnel_positions_for_any_length():
     length = program.graph_signature.user_inputs[0]
     (node,) = [n for n in program.graph.nodes if n.op == "placeholder" and n.name == length]
     assert isinstance(node.meta["val"].shape[1], torch.SymInt)
+
+
+def test_moonshine_encoder_exports_for_any_clip_length():
+    """Moonshine's encoder length patch: torch.export keeps the clip length dynamic (unpatched, it is specialized
+    to the traced length), and the program at another length, a row padded, equals eager."""
+    import zoo
+    from transformers import AutoModelForSpeechSeq2Seq
+
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.moonshine.")]
+    assert chosen, "the length patch is active"
+    torch.manual_seed(0)
+    config = zoo.tiny_config("moonshine", zoo.TINY_AUDIO, stages=True)  # the zoo's (transformers 4.57's encoder
+    # reads some of the decoder's sizes, which tiny.py's config sets apart)
+    encoder = AutoModelForSpeechSeq2Seq.from_config(config).eval().get_encoder()
+
+    def clips(length):
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, length * 3 // 4:] = 0
+        return {"input_values": torch.randn(2, length), "attention_mask": mask}
+
+    shapes = {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for name in clips(8000)}  # as the
+    # export's (torch 2.13 fails to trace the attention's reshape at a static batch)
+    with patches.applied():  # the export's patches (transformers 4.57's masks too), this one among them
+        program = torch.export.export(encoder, (), clips(8000), dynamic_shapes=shapes, strict=False)
+    inputs = clips(13000)
+    with torch.no_grad():
+        expected = encoder(**inputs).last_hidden_state
+    got = program.module()(**inputs).last_hidden_state
+    assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5

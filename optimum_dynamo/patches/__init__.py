@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_attention,
     transformers_block_mask,
     transformers_complex_rope,
+    transformers_conv_lengths,
     transformers_deepstack,
     transformers_funnel,
     transformers_git,
