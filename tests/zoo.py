@@ -245,14 +245,17 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
 
 
-def _inputs(kind: str, config, tokenizer) -> dict:
-    """A batch of 2: text rows left-padded; speech as log-mel-like features (2 x max_source_positions frames,
-    the shape the export synthesizes when a checkpoint has no feature extractor)."""
+def _inputs(kind: str, model, config, tokenizer) -> dict:
+    """A batch of 2: text rows left-padded; speech without a feature extractor as two waveforms (a raw-waveform
+    encoder) or log-mel-like features (2 x max_source_positions frames, the shape the export synthesizes when a
+    checkpoint has no feature extractor)."""
     import torch
 
     if kind != "speech":
         batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
         return {k: batch[k] for k in ("input_ids", "attention_mask")}
+    if model.main_input_name == "input_values":
+        return {"input_values": torch.randn(2, 6000, generator=torch.Generator().manual_seed(0)) * 0.3}
     bins = getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", 16)
     frames = 2 * (getattr(config, "max_source_positions", None) or 32)
     return {"input_features": torch.randn(2, bins, frames, generator=torch.Generator().manual_seed(0)).clamp(-1, 1)}
@@ -296,6 +299,50 @@ def _draw_zero_linears(model, config) -> None:
                 module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * std)
 
 
+def config_parts(config) -> list:
+    """The config and its sub-configs (a CTC head's encoder_config)."""
+    from transformers import PretrainedConfig
+
+    return [config] + [v for v in vars(config).values() if isinstance(v, PretrainedConfig)]
+
+
+def feature_extractor(model_type: str, model, config):
+    """The speech feature extractor a checkpoint ships, sized to the config's mel bins; None for raw-waveform
+    models of Wav2Vec2's default extractor (the export's default without one)."""
+    import inspect
+
+    import transformers
+    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
+
+    name, kwargs, _ = EXTRACTORS.get(model_type, (FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type), None, ""))
+    if name is None or (name == "Wav2Vec2FeatureExtractor" and kwargs is None):
+        return None
+    cls = getattr(transformers, name)
+    bins = next((getattr(c, "num_mel_bins") for c in config_parts(config) if isinstance(getattr(c, "num_mel_bins", None), int)),
+                None)
+    takes = inspect.signature(cls.__init__).parameters
+    return cls(**kwargs or {}, **{k: bins for k in ("feature_size", "num_mel_bins") if k in takes and bins},
+               **({"max_length": config.max_length} if "max_length" in takes and hasattr(config, "max_length") else {}))
+
+
+def speech_inputs(model, extractor) -> dict:
+    """Two clips (0.5 s and 0.3 s) through the extractor, with the mask it gives where the model takes it."""
+    import inspect
+
+    import numpy as np
+
+    rate = extractor.sampling_rate
+    t = np.arange(rate // 2) / rate
+    waves = [(0.3 * np.sin(2 * np.pi * (220 + 110 * i) * t)).astype(np.float32)[: rate * (5 - 2 * i) // 10]
+             for i in range(2)]
+    try:  # its own padding, as the pipeline calls it (whisper's: to 30 s)
+        features = extractor(waves, sampling_rate=rate, return_tensors="pt")
+    except ValueError:  # an extractor that pads nothing by default
+        features = extractor(waves, sampling_rate=rate, return_tensors="pt", padding=True)
+    takes = inspect.signature(model.forward).parameters
+    return {k: v for k, v in features.items() if k in takes}
+
+
 def step_build(kind: str, model_type: str, directory: Path) -> dict:
     """Child: the tiny checkpoint, and PyTorch's own greedy run (the population test) as the reference."""
     import torch
@@ -312,15 +359,21 @@ def step_build(kind: str, model_type: str, directory: Path) -> dict:
         start = getattr(config, "decoder_start_token_id", None)
         model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                                    decoder_start_token_id=1 if start is None else start)
-        inputs = _inputs(kind, config, tokenizer)
+        extractor = feature_extractor(model_type, model, config) if kind == "speech" else None
+        inputs = speech_inputs(model, extractor) if extractor else _inputs(kind, model, config, tokenizer)
         with torch.no_grad():
-            return model, inputs, *_greedy_and_logits(kind, model, inputs), _each_row_alone(kind, model, inputs)
+            return (model, extractor, inputs, *_greedy_and_logits(kind, model, inputs),
+                    _each_row_alone(kind, model, inputs))
 
     tokenizer = tiny_tokenizer(TINY["vocab_size"])
     try:
-        model, inputs, tokens, logits, rows = build(tiny_config(model_type))
+        speech = kind == "speech"  # the waveform models' two-convolution feature encoder, sized mel bins
+        model, extractor, inputs, tokens, logits, rows = build(tiny_config(model_type, TINY_AUDIO if speech else TINY,
+                                                                           stages=speech))
         model.save_pretrained(directory / "checkpoint")
-        tokenizer.save_pretrained(directory / "checkpoint")
+        for files in (tokenizer, extractor):
+            if files is not None:
+                files.save_pretrained(directory / "checkpoint")
     except Exception as e:  # PyTorch cannot run it: outside the population
         return {"viable": False, "reason": one_line(e)}
     torch.save({"inputs": inputs, "logits": logits, "tokens": tokens, "rows": rows}, directory / "reference.pt")
@@ -422,6 +475,22 @@ ROW_MEMORY = 16 << 30  # bytes of address space for each child (torch 2.15's CUD
 # A processor argument named differently from the config attribute that holds its value.
 PROCESSOR_ALIASES = {"image_seq_length": ("mm_tokens_per_image", "image_seq_length", "num_image_tokens"),
                      "img_size": ("image_size",)}
+
+# Speech: the waveform models' feature encoder: two convolutions (a 6000-sample clip is 149 frames) instead of seven
+# of 512 channels; a list where the generic shrink has a number (a state-space model's conv_kernel)
+TINY_AUDIO = dict(TINY_VISION, conv_dim=[32, 32], conv_stride=[5, 4], conv_kernel=[10, 8],
+                  num_feat_extract_layers=2, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                  tdnn_dim=[32, 32], tdnn_kernel=[3, 1], tdnn_dilation=[1, 1], xvector_output_dim=16,
+                  max_source_positions=1500)
+
+# The feature extractor a checkpoint ships where transformers' mapping names another or the default differs (one
+# giving no input the model takes, or no mask): its class, its arguments and the reason.
+EXTRACTORS = {
+    "wav2vec2-bert": ("SeamlessM4TFeatureExtractor", {}, "its checkpoints ship SeamlessM4T's log-mel extractor; the "
+                      "mapping names Wav2Vec2's raw-waveform one"),
+    "moonshine": ("Wav2Vec2FeatureExtractor", {"return_attention_mask": True, "do_normalize": False},
+                  "its checkpoints' extractor gives the mask, which optimum's Moonshine encoder requires"),
+}
 
 
 class Stage(Exception):

@@ -80,18 +80,6 @@ TINY_IMAGE = dict(zoo.TINY_VISION, image_size=64, hidden_sizes=16, depths=1, emb
                   decoder_hidden_dim=32, encoder_in_channels=16, decoder_in_channels=32, encoder_n_points=2,
                   decoder_n_points=2, num_groups=8)
 AUDIO = {"automatic-speech-recognition", "audio-classification", "audio-frame-classification", "audio-xvector"}
-# the waveform models' feature encoder: two convolutions (a 6000-sample clip is 149 frames) instead of seven
-# of 512 channels; a list where the generic shrink has a number (a state-space model's conv_kernel)
-TINY_AUDIO = dict(zoo.TINY_VISION, conv_dim=[32, 32], conv_stride=[5, 4], conv_kernel=[10, 8],
-                  num_feat_extract_layers=2, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
-                  tdnn_dim=[32, 32], tdnn_kernel=[3, 1], tdnn_dilation=[1, 1], xvector_output_dim=16,
-                  max_source_positions=1500)
-
-
-# The feature extractor a checkpoint ships where transformers' mapping names another (one giving no input the
-# model takes), each with its reason.
-EXTRACTORS = {"wav2vec2-bert": ("SeamlessM4TFeatureExtractor", "its checkpoints ship SeamlessM4T's log-mel "
-                                "extractor; the mapping names Wav2Vec2's raw-waveform one")}
 
 
 def population(task: str) -> list[str]:
@@ -120,50 +108,6 @@ def _vocab(config) -> int:
         if isinstance(getattr(part, "vocab_size", None), int):
             return min(part.vocab_size, 128) if part.vocab_size >= 8 else 128
     return 128
-
-
-def _sizes(config) -> list:
-    """The config and its sub-configs (a CTC head's encoder_config)."""
-    from transformers import PretrainedConfig
-
-    return [config] + [v for v in vars(config).values() if isinstance(v, PretrainedConfig)]
-
-
-def feature_extractor(model_type: str, model, config):
-    """The speech feature extractor a checkpoint ships, sized to the config's mel bins; None for raw-waveform
-    models of Wav2Vec2's extractor (the export's default without one)."""
-    import inspect
-
-    import transformers
-    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
-
-    name = EXTRACTORS.get(model_type, (FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type),))[0]
-    if name is None or (name == "Wav2Vec2FeatureExtractor" and model.main_input_name == "input_values"):
-        return None
-    cls = getattr(transformers, name)
-    bins = next((getattr(c, "num_mel_bins") for c in _sizes(config) if isinstance(getattr(c, "num_mel_bins", None), int)),
-                None)
-    takes = inspect.signature(cls.__init__).parameters
-    return cls(**{k: bins for k in ("feature_size", "num_mel_bins") if k in takes and bins},
-               **({"max_length": config.max_length} if "max_length" in takes and hasattr(config, "max_length") else {}))
-
-
-def _speech(model, extractor) -> dict:
-    """Two clips (0.5 s and 0.3 s) through the extractor, with the mask it gives where the model takes it."""
-    import inspect
-
-    import numpy as np
-
-    rate = extractor.sampling_rate
-    t = np.arange(rate // 2) / rate
-    waves = [(0.3 * np.sin(2 * np.pi * (220 + 110 * i) * t)).astype(np.float32)[: rate * (5 - 2 * i) // 10]
-             for i in range(2)]
-    try:  # its own padding, as the pipeline calls it (whisper's: to 30 s)
-        features = extractor(waves, sampling_rate=rate, return_tensors="pt")
-    except ValueError:  # an extractor that pads nothing by default
-        features = extractor(waves, sampling_rate=rate, return_tensors="pt", padding=True)
-    takes = inspect.signature(model.forward).parameters
-    return {k: v for k, v in features.items() if k in takes}
 
 
 def _inputs(task: str, model, config, tokenizer) -> dict:
@@ -211,9 +155,9 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
     from tiny import tiny_tokenizer
 
     try:
-        tiny = TINY_AUDIO if task in AUDIO else TINY_IMAGE if task in IMAGE else zoo.TINY_VISION
+        tiny = zoo.TINY_AUDIO if task in AUDIO else TINY_IMAGE if task in IMAGE else zoo.TINY_VISION
         config = zoo.tiny_config(model_type, tiny, stages=task in AUDIO | IMAGE)
-        for part in _sizes(config):  # a sub-config's key/value heads its constructor does not take (parakeet's)
+        for part in zoo.config_parts(config):  # a sub-config's key/value heads its constructor does not take (parakeet's)
             kv, heads = getattr(part, "num_key_value_heads", None), getattr(part, "num_attention_heads", None)
             if isinstance(kv, int) and isinstance(heads, int) and kv > heads > 0:
                 part.num_key_value_heads = heads
@@ -228,8 +172,8 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
                 for weight in model.parameters():
                     weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
         tokenizer = tiny_tokenizer(_vocab(config)) if model.main_input_name == "input_ids" else None
-        extractor = feature_extractor(model_type, model, config) if task in AUDIO else None
-        inputs = _speech(model, extractor) if extractor else _inputs(task, model, config, tokenizer)
+        extractor = zoo.feature_extractor(model_type, model, config) if task in AUDIO else None
+        inputs = zoo.speech_inputs(model, extractor) if extractor else _inputs(task, model, config, tokenizer)
         with torch.no_grad():
             outputs = _tensors(model(**inputs))
         model.save_pretrained(directory / "checkpoint")
