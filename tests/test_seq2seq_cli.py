@@ -216,28 +216,44 @@ def test_whisper_through_ort_speech_seq2seq(tmp_path):
     assert diff < ATOL, f"logits differ by {diff:.3e}"
 
 
-@pytest.mark.once("t5")
-def test_a_speech_encoder_with_a_mask_through_ort_speech_seq2seq(tmp_path):
-    """Speech2Text masks padded frames in its encoder and its cross-attention: the capture runs the extractor with
-    its mask, as the ASR pipeline does, so both graphs take it (optimum's runtime feeds it to both), and a padded
-    batch of two clips of other lengths generates PyTorch's tokens and scores."""
-    import numpy as np
-    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
-    from transformers import GenerationConfig, Speech2TextFeatureExtractor, Speech2TextForConditionalGeneration
+def _speech_with_mask(model_type, ckpt):
+    """A tiny model and the feature extractor its checkpoints ship (one that gives the mask)."""
+    import zoo
+    from transformers import (AutoModelForSpeechSeq2Seq, GenerationConfig, Speech2TextFeatureExtractor,
+                              Wav2Vec2FeatureExtractor)
 
     from tiny import tiny_config, tiny_tokenizer
 
-    ckpt = tmp_path / "checkpoint"
     torch.manual_seed(0)
-    torch_model = Speech2TextForConditionalGeneration(tiny_config("speech_to_text", input_feat_per_channel=16)).eval()
-    torch_model.generation_config = GenerationConfig(decoder_start_token_id=2, pad_token_id=1, eos_token_id=2)
-    torch_model.save_pretrained(ckpt)
-    extractor = Speech2TextFeatureExtractor(feature_size=16, num_mel_bins=16)
+    if model_type == "moonshine":  # the zoo's config: transformers 4.57's encoder reads some decoder sizes
+        config = zoo.tiny_config("moonshine", zoo.TINY_AUDIO, stages=True)
+        extractor = Wav2Vec2FeatureExtractor(return_attention_mask=True, do_normalize=False)
+    else:
+        config = tiny_config("speech_to_text", input_feat_per_channel=16)
+        extractor = Speech2TextFeatureExtractor(feature_size=16, num_mel_bins=16)
+    model = AutoModelForSpeechSeq2Seq.from_config(config).eval()
+    model.generation_config = GenerationConfig(decoder_start_token_id=1, pad_token_id=0, eos_token_id=2)
+    model.save_pretrained(ckpt)
     extractor.save_pretrained(ckpt)
-    tiny_tokenizer(torch_model.config.vocab_size).save_pretrained(ckpt)
-    out = _export(ckpt, "automatic-speech-recognition-with-past", tmp_path / "onnx")
+    tiny_tokenizer(config.vocab_size).save_pretrained(ckpt)
+    return model, extractor
+
+
+# Speech2Text masks padded frames in its encoder and its cross-attention; Moonshine takes waveforms, and on
+# transformers 5 hands its decoder the encoder's downsampled mask (a patch: optimum's runtime feeds the clip's)
+@pytest.mark.parametrize("model_type,main", [pytest.param("speech_to_text", "input_features", marks=pytest.mark.once("t4")),
+                                             pytest.param("moonshine", "input_values", marks=pytest.mark.once("t5"))])
+def test_a_speech_encoder_with_a_mask_through_ort_speech_seq2seq(model_type, main, tmp_path):
+    """The capture runs the extractor with its mask, as the ASR pipeline does, so both graphs take it (optimum's
+    runtime feeds it to both), and a padded batch of two clips of other lengths generates PyTorch's tokens and
+    scores."""
+    import numpy as np
+    from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
+
+    torch_model, extractor = _speech_with_mask(model_type, tmp_path / "checkpoint")
+    out = _export(tmp_path / "checkpoint", "automatic-speech-recognition-with-past", tmp_path / "onnx")
     ort_model = ORTModelForSpeechSeq2Seq.from_pretrained(out)
-    assert list(ort_model.encoder.input_names) == ["input_features", "attention_mask"]
+    assert list(ort_model.encoder.input_names) == [main, "attention_mask"]
     rng = np.random.default_rng(1)
     waves = [0.3 * rng.standard_normal(n).astype(np.float32) for n in (11000, 6000)]
     features = extractor(waves, sampling_rate=16000, return_tensors="pt", padding=True)

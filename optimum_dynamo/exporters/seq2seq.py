@@ -14,6 +14,7 @@ so `ORTModelForSeq2SeqLM` / `ORTModelForSpeechSeq2Seq` / `ORTModelForVision2Seq`
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 
@@ -44,14 +45,18 @@ class DecoderWithHead(torch.nn.Module):
         self.model, self.use_cache, self.encoder_output = model, use_cache, encoder_output
         self.empty = empty  # the empty cache generate starts from, where the model's own would differ
         self._takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
+        self._output_fields = {f.name for f in dataclasses.fields(encoder_output)} if dataclasses.is_dataclass(
+            encoder_output) else set()
 
     def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask=None, past_key_values=None):
         extra = {"attention_mask": encoder_attention_mask} if self._takes_mask and encoder_attention_mask is not None else {}
         if past_key_values is None and self.use_cache and self.empty is not None:
             past_key_values = clone_cache(self.empty)
+        # an encoder output that carries the mask (transformers 5's Moonshine) hands it to the decoder
+        carried = {"attention_mask": encoder_attention_mask} if "attention_mask" in self._output_fields else {}
         out = self.model(
             decoder_input_ids=input_ids,
-            encoder_outputs=self.encoder_output(last_hidden_state=encoder_hidden_states),
+            encoder_outputs=self.encoder_output(last_hidden_state=encoder_hidden_states, **carried),
             **{cache_argument.name(): past_key_values},
             use_cache=self.use_cache,
             return_dict=True,
