@@ -172,6 +172,11 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
                 for weight in model.parameters():
                     weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
         tokenizer = tiny_tokenizer(_vocab(config)) if model.main_input_name == "input_ids" else None
+        if tokenizer is not None and config.is_encoder_decoder:  # BART-style classifiers pool at the eos token:
+            from tokenizers import processors  # texts end with it, as their tokenizers (and the saved one) add it
+
+            tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+                single="$A </s>", special_tokens=[("</s>", tokenizer.eos_token_id)])
         extractor = zoo.feature_extractor(model_type, model, config) if task in AUDIO else None
         inputs = zoo.speech_inputs(model, extractor) if extractor else _inputs(task, model, config, tokenizer)
         with torch.no_grad():
