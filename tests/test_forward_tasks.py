@@ -265,3 +265,32 @@ def test_an_axis_the_model_fixes_is_named(tmp_path):
             "input_ids's sequence_length to 11, attention_mask's sequence_length to 11, token_type_ids's "
             "sequence_length to 11 (a Python number made from a tensor's size): a graph that takes other sizes cannot "
             "be traced from it); no fallback: --no-fallback") in run.stderr.splitlines()
+
+
+@pytest.mark.skipif(not ON_5, reason="transformers 4.57's classifier pools by a data-dependent boolean index (the "
+                    "export is refused in one line)")
+def test_an_encoder_decoder_classifier_exports_without_its_cache(tmp_path):
+    """MT5's classifier runs its decoder stack, whose config is a copy of the model's: the capture turns the cache
+    off there too (else its calls return a cache the graph does not), and ORTModelForSequenceClassification matches
+    PyTorch on texts ending with the eos token, where the model pools (its tokenizer adds it)."""
+    from tokenizers import processors
+
+    checkpoint = tmp_path / "checkpoint"
+    torch.manual_seed(0)
+    config = tiny_config("mt5", decoder_start_token_id=0)
+    torch_model = transformers.MT5ForSequenceClassification(config).eval()
+    torch_model.save_pretrained(checkpoint)
+    tokenizer = tiny_tokenizer(config.vocab_size)
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", tokenizer.eos_token_id)])
+    tokenizer.save_pretrained(checkpoint)
+    out = tmp_path / "onnx"
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
+                      "text-classification", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    inputs = dict(AutoTokenizer.from_pretrained(checkpoint)(TEXTS, return_tensors="pt", padding=True))
+    with torch.no_grad():
+        expected = torch_model(**inputs).logits
+    got = ort.ORTModelForSequenceClassification.from_pretrained(out)(**inputs).logits
+    diff = (torch.as_tensor(got) - expected).abs().max().item()
+    assert diff < ATOL, f"logits differ by {diff:.3e}"

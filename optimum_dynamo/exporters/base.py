@@ -101,9 +101,12 @@ def generation_cache(model, enabled: bool, plain_calls: bool = False):
     """`enabled=False`: `generate` runs without a cache, as the runtime runs a graph without past inputs (the
     whole sequence in every call); with `plain_calls`, the model's own calls too (a decoder's hidden states for
     feature-extraction would otherwise come with the cache a forward returns by default)."""
-    # transformers 5's GenerationConfig leaves use_cache None (the model's config decides): set it all the same
-    configs = [c for c in (getattr(model, "generation_config", None), plain_calls and getattr(model, "config", None))
-               if c and hasattr(c, "use_cache")]
+    # transformers 5's GenerationConfig leaves use_cache None (the model's config decides): set it all the same;
+    # plain calls: every module's config too (T5's stacks hold copies of the model's, which MT5's classifier reads)
+    configs = [getattr(model, "generation_config", None)]
+    if plain_calls:
+        configs += [getattr(module, "config", None) for module in model.modules()]
+    configs = list({id(c): c for c in configs if c is not None and hasattr(c, "use_cache")}.values())
     saved = [c.use_cache for c in configs]
     try:
         if not enabled:
