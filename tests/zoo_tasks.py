@@ -165,6 +165,9 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
         named = getattr(modeling_auto, mapping)[model_type]
         if isinstance(named, tuple):  # several classes (deit: with a teacher): a checkpoint names its own
             config.architectures = [named[0]]
+        if config.is_encoder_decoder and getattr(config, "decoder_start_token_id", None) is None:
+            config.decoder_start_token_id = config.pad_token_id  # T5's checkpoints set it (the pad id); transformers
+            # 5's config class leaves it out
         torch.manual_seed(0)
         model = getattr(transformers, auto).from_config(config).eval()
         if task in IMAGE:  # off the initial values (zero heads, prior biases): a detector's top-k of tied scores
