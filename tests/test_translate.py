@@ -47,3 +47,21 @@ def test_a_tensor_check_is_dropped():
     feed = dict(zip([i.name for i in session.get_inputs()], (x.numpy(), mask.numpy(), rows.numpy())))
     (out,) = session.run(None, feed)
     np.testing.assert_allclose(out, CheckedScatter()(x, mask, rows).numpy(), atol=1e-6)
+
+
+class ComplementOfMask(torch.nn.Module):
+    def forward(self, mask):
+        return 1.0 - mask  # XLNet's input mask from an integer attention mask
+
+
+def test_a_float_minus_integers_is_translated():
+    """`1.0 - int_tensor` (aten.rsub.Scalar): torch.onnx's decompositions fail on it; the translation casts the
+    integers first and the graph gives PyTorch's float output."""
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    program = torch.export.export(ComplementOfMask(), (mask,))
+    assert any(n.target is torch.ops.aten.rsub.Scalar for n in program.graph.nodes)
+    model = translate_program(program, ExportOptions.make()).model_proto
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: mask.numpy()})
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, (1.0 - mask).numpy())

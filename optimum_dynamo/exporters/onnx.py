@@ -256,6 +256,7 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
     opset = options.opset or default_opset(options.optimize_level)
     keep_rank_squeezes(program)
     drop_tensor_asserts(program)
+    cast_before_scalar_rsub(program)
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
                                      custom_translation_table=translations.TABLE,
                                      verbose=None if is_verbose() else False)
@@ -295,6 +296,22 @@ def keep_rank_squeezes(program: torch.export.ExportedProgram) -> None:
         if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and before.dim() == after.dim():
             node.replace_all_uses_with(source)
             graph.erase_node(node)
+    program.graph_module.recompile()
+
+
+def cast_before_scalar_rsub(program: torch.export.ExportedProgram) -> None:
+    """`number - tensor` of integers and a float (XLNet's `1.0 - attention_mask`): torch.onnx's decompositions fail
+    on it (torch 2.13 to 2.15); the integers are cast to the result's dtype first, which the subtraction does too."""
+    graph = program.graph_module.graph
+    for node in [n for n in graph.nodes if n.target is torch.ops.aten.rsub.Scalar]:
+        source, result = node.args[0], node.meta.get("val")
+        before = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+        if not isinstance(before, torch.Tensor) or not isinstance(result, torch.Tensor) or before.dtype == result.dtype:
+            continue
+        with graph.inserting_before(node):
+            cast = graph.call_function(torch.ops.aten._to_copy.default, (source,), {"dtype": result.dtype})
+        cast.meta["val"] = before.to(result.dtype)
+        node.replace_input_with(source, cast)
     program.graph_module.recompile()
 
 
