@@ -245,6 +245,9 @@ def run_one(task: str, model_type: str, root: Path) -> dict:
 
 def run(tasks: list[str], only: list[str] | None, first: int | None, out: Path, root: Path) -> None:
     results = json.loads(out.read_text()) if out.exists() else {"versions": zoo.versions(), "tasks": {}}
+    if results["versions"]["transformers"] != zoo.versions()["transformers"]:
+        raise SystemExit(f"{out} holds rows of transformers {results['versions']['transformers']}, this is "
+                         f"{zoo.versions()['transformers']}: name another file")
     for task in tasks:
         types = [t for t in population(task) if t in only] if only else population(task)[:first]
         rows = results["tasks"].setdefault(task, {})
