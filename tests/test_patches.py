@@ -8,7 +8,7 @@ import torch
 import torch.utils._pytree as pytree
 import transformers.masking_utils as masking_utils
 import transformers.models.llama.modeling_llama as modeling_llama
-from transformers import DynamicCache
+from transformers import DynamicCache, __version__ as transformers_version
 
 from optimum_dynamo import patches
 from optimum_dynamo.exporters import export_onnx
@@ -473,3 +473,29 @@ def test_moonshine_encoder_exports_for_any_clip_length():
         expected = encoder(**inputs).last_hidden_state
     got = program.module()(**inputs).last_hidden_state
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(transformers_version < "5", reason="transformers 4.57's DINOv2 with registers also checks "
+                    "int(height) itself (the export is refused in one line)")
+def test_torch_int_keeps_an_image_size_symbolic():
+    """DINOv2 with registers interpolates its position embeddings to `torch_int(height)` patches: patched, the
+    program traced at 80x80 runs 48x48 images as eager does (unpatched, the 80x80 grid is in the graph)."""
+    import zoo
+    from transformers import AutoModelForImageClassification
+    from transformers.models.dinov2_with_registers import modeling_dinov2_with_registers as modeling
+
+    torch.manual_seed(0)
+    config = zoo.tiny_config("dinov2_with_registers", dict(zoo.TINY_VISION, image_size=64), stages=True)
+    model = AutoModelForImageClassification.from_config(config).eval()
+    dynamic = {"pixel_values": {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    unpatched = modeling.torch_int
+    with patches.applied():
+        assert modeling.torch_int is not unpatched  # swapped where the modeling module imported it
+        program = torch.export.export(model, (), {"pixel_values": torch.randn(3, 3, 80, 80)}, dynamic_shapes=dynamic,
+                                      strict=False)
+    assert modeling.torch_int is unpatched
+    images = torch.randn(2, 3, 48, 48)
+    with torch.no_grad():
+        expected = model(pixel_values=images).logits
+    got = program.module()(pixel_values=images).logits
+    assert (got - expected).abs().max().item() < 1e-5

@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_recurrent_mask,
     transformers_rwkv,
     transformers_sliding,
+    transformers_torch_int,
     transformers_vision_mask,
     transformers_vision_positions,
 )
