@@ -499,3 +499,32 @@ def test_torch_int_keeps_an_image_size_symbolic():
         expected = model(pixel_values=images).logits
     got = program.module()(pixel_values=images).logits
     assert (got - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(transformers_version >= "5", reason="transformers 5's classifiers export as they are")
+def test_eos_pooling_exports_and_matches_the_original():
+    """BART's classifier on transformers 4 pools at each row's last eos by a boolean index: patched, the program
+    traced on one batch matches the unpatched model on another (other lengths, eos before the padding)."""
+    from transformers import BartConfig, BartForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BartConfig(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                        eos_token_id=2, pad_token_id=1, num_labels=3, use_cache=False)
+    model = BartForSequenceClassification(config).eval()
+
+    def batch(lengths, total):
+        ids = torch.full((len(lengths), total), config.pad_token_id)
+        for row, n in enumerate(lengths):
+            ids[row, :n - 1] = torch.randint(4, 64, (n - 1,))
+            ids[row, n - 1] = config.eos_token_id
+        return {"input_ids": ids, "attention_mask": (ids != config.pad_token_id).long()}
+
+    shapes = {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for name in ("input_ids", "attention_mask")}
+    with patches.applied():
+        program = torch.export.export(model, (), batch([5, 3], 6), dynamic_shapes=shapes, strict=False)
+    inputs = batch([9, 4, 7], 9)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    got = program.module()(**inputs).logits
+    assert (got - expected).abs().max().item() < 1e-5

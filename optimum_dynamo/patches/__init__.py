@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_block_mask,
     transformers_complex_rope,
     transformers_deepstack,
+    transformers_eos_pooling,
     transformers_funnel,
     transformers_git,
     transformers_gqa,
