@@ -528,3 +528,26 @@ def test_eos_pooling_exports_and_matches_the_original():
         expected = model(**inputs).logits
     got = program.module()(**inputs).logits
     assert (got - expected).abs().max().item() < 1e-5
+
+
+class _FeatureGrid(torch.nn.Module):
+    """A detector's bookkeeping (Deformable DETR's): its feature maps' sizes as a tensor, a point per pixel."""
+
+    def forward(self, features):
+        shapes = torch.as_tensor([(features.shape[2], features.shape[3]), (features.shape[2] // 2, features.shape[3] // 2)],
+                                 dtype=torch.long)
+        ys = torch.linspace(0.5, features.shape[2] - 0.5, features.shape[2], dtype=features.dtype)
+        return features.flatten(2).sum(-1) * shapes.prod(1).sum() + ys.sum()
+
+
+def test_tensors_of_sizes_stay_symbolic():
+    """`torch.as_tensor` of sizes and `torch.linspace` over a size: patched, the program traced at 12x10 computes
+    8x14 as eager does (unpatched, the traced sizes are in the graph)."""
+    model = _FeatureGrid()
+    dynamic = {"features": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    with patches.applied():
+        program = torch.export.export(model, (), {"features": torch.randn(1, 2, 12, 10)}, dynamic_shapes=dynamic,
+                                      strict=False)
+    features = torch.randn(1, 2, 8, 14)
+    assert torch.allclose(program.module()(features=features), model(features), atol=1e-5)
+    assert torch.linspace(0.5, 7.5, 8).tolist() == [0.5 + i for i in range(8)]  # restored: the original's values

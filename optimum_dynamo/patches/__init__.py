@@ -1,6 +1,7 @@
 """Reversible, version-gated patches applied during export."""
 
 from . import (  # noqa: F401  (register their patches)
+    torch_size_tensors,
     transformers_attention,
     transformers_block_mask,
     transformers_complex_rope,
