@@ -11,7 +11,6 @@ exports as it is. (transformers 4.53 to 4.57.)"""
 from __future__ import annotations
 
 import torch
-from transformers.modeling_outputs import Seq2SeqSequenceClassifierOutput
 
 from .registry import original, register_patch
 
@@ -46,6 +45,8 @@ def _pooled_at_last_eos(target: str):
         positions = torch.arange(1, eos.shape[1] + 1, device=hidden.device)
         last = (eos.long() * positions).argmax(-1)  # each row's last eos
         logits = self.classification_head(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
+        from transformers.modeling_outputs import Seq2SeqSequenceClassifierOutput
+
         return Seq2SeqSequenceClassifierOutput(
             logits=logits, past_key_values=outputs.past_key_values, decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions, cross_attentions=outputs.cross_attentions,
