@@ -551,3 +551,24 @@ def test_tensors_of_sizes_stay_symbolic():
     features = torch.randn(1, 2, 8, 14)
     assert torch.allclose(program.module()(features=features), model(features), atol=1e-5)
     assert torch.linspace(0.5, 7.5, 8).tolist() == [0.5 + i for i in range(8)]  # restored: the original's values
+
+
+@pytest.mark.parametrize("version", [pytest.param("v1", marks=pytest.mark.once("t4")),
+                                     pytest.param("v2", marks=pytest.mark.once("t5"))])
+def test_tf_padding_takes_any_image_size(version):
+    """MobileNet's TensorFlow-style padding: patched, the program traced at 80x80 runs an odd 67x71 image as eager
+    does (unpatched, torch.export fixes the image size)."""
+    import transformers
+
+    torch.manual_seed(0)
+    prefix = "MobileNetV1" if version == "v1" else "MobileNetV2"
+    config = getattr(transformers, f"{prefix}Config")(depth_multiplier=0.25, min_depth=4, image_size=64, num_labels=3)
+    model = getattr(transformers, f"{prefix}ForImageClassification")(config).eval()
+    dynamic = {"pixel_values": {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    with patches.applied():
+        program = torch.export.export(model, (), {"pixel_values": torch.randn(2, 3, 80, 80)}, dynamic_shapes=dynamic,
+                                      strict=False)
+    images = torch.randn(3, 3, 67, 71)
+    with torch.no_grad():
+        expected = model(pixel_values=images).logits
+    assert (program.module()(pixel_values=images).logits - expected).abs().max().item() < 1e-5

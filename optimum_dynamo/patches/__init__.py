@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_recurrent_mask,
     transformers_rwkv,
     transformers_sliding,
+    transformers_tf_padding,
     transformers_torch_int,
     transformers_vision_mask,
     transformers_vision_positions,
