@@ -16,10 +16,14 @@ import torch
 from .registry import original, register_patch
 
 
-def _symbolic(data) -> bool:
-    if isinstance(data, (list, tuple)):
-        return any(_symbolic(item) for item in data)
-    return isinstance(data, torch.SymInt)
+def _leaves(data) -> list:
+    return [leaf for item in data for leaf in _leaves(item)] if isinstance(data, (list, tuple)) else [data]
+
+
+def _sizes(data) -> bool:
+    """Integers only, at least one of them symbolic."""
+    leaves = _leaves(data)
+    return any(isinstance(x, torch.SymInt) for x in leaves) and all(isinstance(x, (int, torch.SymInt)) for x in leaves)
 
 
 def _built(data, dtype, device) -> torch.Tensor:
@@ -30,7 +34,7 @@ def _built(data, dtype, device) -> torch.Tensor:
 
 def _from_sizes(target: str):
     def tensor_of_sizes(data, *args, dtype=None, device=None, **kwargs):
-        if args or kwargs or not isinstance(data, (list, tuple)) or not data or not _symbolic(data):
+        if args or kwargs or not isinstance(data, (list, tuple)) or not data or not _sizes(data):
             return original(target)(data, *args, dtype=dtype, device=device, **kwargs)
         return _built(data, dtype or torch.long, device)
 
