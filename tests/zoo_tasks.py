@@ -2,9 +2,10 @@
 exports (fill-mask, classification, question answering, images, speech, ...), made tiny by tests/zoo.py's generic
 shrink, kept where PyTorch can run it, exported by the real `optimum-cli export onnx --dynamo --task TASK` and run
 through optimum's runtime class for the task against PyTorch on a batch of 2 (texts padded with their mask, two
-images, two waveforms): every output both have within 1e-4 on real positions, scaled by the output's largest magnitude
-where that exceeds 1 (float32 rounding grows with it: a detector's mask logits reach hundreds). Each step runs in a
-child process; one row per model type. The table also says whether optimum-onnx's own (torchscript) registry has the row.
+images, two waveforms): every output both have within 1e-4 on real positions, scaled by the output's largest
+magnitude where that exceeds 1 (float32 rounding grows with it: a detector's mask logits reach hundreds). Each step
+runs in a child process; one row per model type. The table also says whether optimum-onnx's own (torchscript)
+registry has the row.
 
     python tests/zoo_tasks.py --json t5.json [--task TASK ...] [--only TYPE ...] [--first N]
     python tests/zoo_tasks.py --table t4.json t5.json [--docs docs/status.md]
@@ -223,8 +224,8 @@ def step_check(task: str, directory: Path) -> dict:
     if not compared:
         return {"ok": False, "reason": f"no output in common: PyTorch {sorted(expected)}, runtime {sorted(got.keys())}"}
     if not worst < ATOL:
-        return {"ok": False, "reason": f"outputs differ by {worst:.1e} (relative to outputs above 1)", "max_abs": worst}
-    return {"ok": True, "max_abs": worst, "compared": compared}
+        return {"ok": False, "reason": f"outputs differ by {worst:.1e} (relative to outputs above 1)", "max_scaled": worst}
+    return {"ok": True, "max_scaled": worst, "compared": compared}
 
 
 def run_one(task: str, model_type: str, root: Path) -> dict:
@@ -241,7 +242,7 @@ def run_one(task: str, model_type: str, root: Path) -> dict:
     check = zoo.child("--step", "check", task, str(directory), script=__file__)
     exporter = row.pop("exporter")
     row.update(outcome=exporter if check["ok"] else "fail", reason=check.get("reason", ""),
-               max_abs=check.get("max_abs"))
+               max_scaled=check.get("max_scaled"))
     return row
 
 
