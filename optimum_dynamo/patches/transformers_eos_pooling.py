@@ -36,9 +36,8 @@ def _pooled_at_last_eos(target: str):
         if labels is not None or return_dict is False or input_ids is None:
             return original(target)(self, input_ids=input_ids, attention_mask=attention_mask, labels=labels,
                                     return_dict=return_dict, **kwargs)
-        if kwargs.get("decoder_input_ids") is None and kwargs.get("decoder_inputs_embeds") is None \
-                and hasattr(self, "_shift_right"):  # the T5 family shifts here; BART's model shifts itself
-            kwargs["decoder_input_ids"] = self._shift_right(input_ids)
+        if decoder_input_ids is None and decoder_inputs_embeds is None and hasattr(self, "_shift_right"):
+            kwargs["decoder_input_ids"] = self._shift_right(input_ids)  # the T5 family shifts here, BART's model itself
         outputs = self.base_model(input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
         hidden = outputs[0]
         eos = input_ids.eq(self.config.eos_token_id).to(hidden.device)
