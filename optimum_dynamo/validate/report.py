@@ -22,6 +22,7 @@ class Discrepancy:
     max_rel: float
     worst_call: int
     calls: int
+    magnitude: float = 0.0  # the largest |PyTorch value| compared
 
 
 Fill = Callable[[dict[str, int]], torch.Tensor]
@@ -153,6 +154,7 @@ def compare(session, cases: Sequence[tuple[dict, dict]], args: ExportArguments, 
             row = worst.setdefault(name, Discrepancy(name, 0.0, 0.0, i, 0))
             row.calls += 1
             row.max_rel = max(row.max_rel, rel_err)
+            row.magnitude = max(row.magnitude, float(np.abs(ref[np.isfinite(ref)]).max(initial=0.0)))
             if abs_err >= row.max_abs:
                 row.max_abs, row.worst_call = abs_err, i
     return [worst[n] for n in output_names if n in worst]
