@@ -136,7 +136,8 @@ def drive_multiple_choice(model, tokenizer=None) -> None:
 
 @torch.no_grad()
 def drive_image_forward(model, processor=None) -> None:
-    """Image tasks: batch 2 then 3, and a second image size when the model accepts one. With the
+    """Image tasks: batches 2 and 3 at the configured image size, then 3 at a second size when the model accepts
+    one (the export's sample; `size_guards` goes back to the first size when the model branches on it). With the
     checkpoint's image processor, random images of two sizes go through it (it resizes them)."""
     if processor is not None and hasattr(processor, "preprocess"):
         import numpy as np
@@ -149,14 +150,14 @@ def drive_image_forward(model, processor=None) -> None:
     config = model.config
     channels, size = getattr(config, "num_channels", 3), image_size(config)
     g = torch.Generator().manual_seed(0)
-    model(pixel_values=torch.randn(2, channels, size, size, generator=g))
+    for batch in (2, 3):
+        model(pixel_values=torch.randn(batch, channels, size, size, generator=g))
     for other in (size + 16, size + 32):  # + 32: backbones that take multiples of their stride (GLPN, PP-OCR)
-        try:
+        try:  # fixed-size models (ViT) take neither: the batch alone varies
             model(pixel_values=torch.randn(3, channels, other, other, generator=g))
             return
         except Exception:
             continue
-    model(pixel_values=torch.randn(3, channels, size, size, generator=g))  # fixed-size models (ViT): the batch only
 
 
 @torch.no_grad()

@@ -19,6 +19,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from ..patches.transformers_sliding import seen_tokens_hook
 from ..staging import staged
 from ..target import Target
 from ..tasks import Task
+from . import size_guards
 from .component import Component
 
 logger = logging.getLogger(__name__)
@@ -244,7 +246,8 @@ class Exporter:
         # Text axes (batch, sequence) are dynamic by meaning, even if every call had one size; state models
         # (Mamba, hybrids) are stepped one token per call by design, so their sequence axis is 1.
         stepped = ctx.task.with_past and is_state_model(ctx.model)
-        part = Component("model", obs, ctx.task.model_inputs(ctx.model), constants, dynamic_sequence=not stepped)
+        part = Component("model", obs, ctx.task.model_inputs(ctx.model), constants, dynamic_sequence=not stepped,
+                         image_size_chosen=plain)
         if ctx.task.base == "text-generation" and "position_ids" in part.inputs:  # what a plain call means
             part.metadata = default_positions(ctx.model, obs.calls)
         return [part]
@@ -253,31 +256,69 @@ class Exporter:
     @stage("infer inputs and dynamic shapes")
     def infer(self, ctx: ExportContext) -> None:
         for part in ctx.components:
-            try:
-                args = infer_arguments(part.calls, part.inputs, part.constants, dynamic_batch=part.dynamic_batch,
-                                       dynamic_sequence=part.dynamic_sequence)
-            except CaptureError as e:
-                label = self.graph_label(ctx, part)
-                raise self.capture_error(f"{label}: {e}" if label else str(e)) from e
-            args.axis_names = {n: {a: part.labels.get(name, name) for a, name in axes.items()}
-                               for n, axes in args.axis_names.items()}
-            part.arguments = args
+            self.infer_part(ctx, part)
+
+    def infer_part(self, ctx: ExportContext, part: Component) -> None:
+        try:
+            args = infer_arguments(part.calls, part.inputs, part.constants, dynamic_batch=part.dynamic_batch,
+                                   dynamic_sequence=part.dynamic_sequence)
+        except CaptureError as e:
+            label = self.graph_label(ctx, part)
+            raise self.capture_error(f"{label}: {e}" if label else str(e)) from e
+        args.axis_names = {n: {a: part.labels.get(name, name) for a, name in axes.items()}
+                           for n, axes in args.axis_names.items()}
+        part.arguments = args
 
     # ── Stage: torch.export ──
     @stage("torch.export")
     def export_program(self, ctx: ExportContext) -> None:
         for part in ctx.components:
-            args = part.arguments
-            _plain_buffers(part.module)
-            with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module), \
-                    streaming.hooks_off(ctx.model):
-                with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
-                        quiet.printed_graphs():
-                    try:
-                        part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
-                                                           dynamic_shapes=args.dynamic_shapes, strict=part.strict)
-                    except torch._dynamo.exc.UserError as e:
-                        raise _fixed_axes(e, args.axis_names) or e
+            self.export_part(ctx, part)
+            axes = size_guards.image_axes(part.arguments) if part.image_size_chosen else {}
+            if axes and (found := size_guards.branches(part.program, axes, partial(_runs_at, part))):
+                size = _keep_first_size(part, axes)
+                logger.warning("    %s: the image size fixed at %s, the model's configured one: %s branches on it (%s); "
+                               "a graph of any size would take the wrong branch at some", ", ".join(axes),
+                               " x ".join(map(str, size)), type(part.module).__name__, "; ".join(found))
+                self.infer_part(ctx, part)
+                self.export_part(ctx, part)
+
+    def export_part(self, ctx: ExportContext, part: Component) -> None:
+        args = part.arguments
+        _plain_buffers(part.module)
+        with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module), \
+                streaming.hooks_off(ctx.model):
+            with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
+                    quiet.printed_graphs():
+                try:
+                    part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
+                                                       dynamic_shapes=args.dynamic_shapes, strict=part.strict)
+                except torch._dynamo.exc.UserError as e:
+                    raise _fixed_axes(e, args.axis_names) or e
+
+
+@torch.no_grad()
+def _runs_at(part: Component, name: str, axis: int, size: int) -> bool:
+    """The model runs on the sample with input `name` of `size` on `axis` (random values)."""
+    sample = part.arguments.kwargs[name]
+    shape = list(sample.shape)
+    shape[axis] = size
+    try:
+        part.module(**{**part.arguments.kwargs, name: torch.randn(shape, dtype=sample.dtype)})
+    except Exception:
+        return False
+    return True
+
+
+def _keep_first_size(part: Component, axes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """Drops the calls whose images are not of the first call's size (the model's configured one: the image
+    driver starts there); that size."""
+    def size(call):
+        return tuple(call.kwargs[n].shape[a] if n in call.kwargs else None for n, ax in axes.items() for a in ax)
+
+    first = size(part.calls[0])
+    part.calls[:] = [c for c in part.calls if size(c) == first]
+    return first
 
 
 def _warn_unlike_the_runtime_fill(ctx: ExportContext, calls) -> None:

@@ -28,6 +28,7 @@ class Component:
     weights: str = ""  # an external-data file it shares with other graphs in its directory ("": its own)
     size_oblivious: bool = True  # trace 0/1-sized axes as general sizes (an empty cache on the first step)
     strict: bool = False  # torch.export's strict mode
+    image_size_chosen: bool = False  # the driver varied the image size by its own choice (see size_guards)
     metadata: dict[str, str] = field(default_factory=dict)  # written into the graph's metadata_props
     # made by the stages
     arguments: Any = None  # capture.ExportArguments
