@@ -82,6 +82,10 @@ def library_task(task: str | None, library: str) -> str:
 # decoders that transformers maps among its speech seq2seq models: optimum's class loads their components through
 # legacy_bridge.ort_speech_lm)
 VARIANTS: dict[str, list[TaskSpec]] = {
+    # dual encoders (CLIP, BLIP, SigLIP, ...): their forward takes texts and images and returns both embeddings,
+    # not the `last_hidden_state` optimum's feature-extraction class reads
+    "feature-extraction": [TaskSpec(drive_text_and_images, _GENERIC, auto_class="AutoModelForZeroShotImageClassification",
+                                    inputs=("input_ids", "attention_mask", "pixel_values"))],
     # instance / panoptic segmenters (DETR, MaskFormer, Mask2Former, EoMT, ...): a class and a mask per query,
     # which optimum's semantic-segmentation class does not return
     "image-segmentation": [

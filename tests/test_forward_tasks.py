@@ -88,6 +88,9 @@ OTHER_CASES = [
     ("yolos", "object-detection", "ORTModelForCustomTasks", "AutoModelForObjectDetection"),  # optimum has no class
     ("clip", "zero-shot-image-classification", "ORTModelForZeroShotImageClassification",
      "AutoModelForZeroShotImageClassification"),  # 4 label texts x 5 images (capture: 2 x 3, 3 x 2)
+    # a dual encoder's features: both towers' embeddings (optimum's feature-extraction class reads one
+    # last_hidden_state)
+    pytest.param("clip", "feature-extraction", "ORTModelForCustomTasks", "AutoModel", marks=pytest.mark.once("t5")),
     # under `slow` (make test-all): drivers of the rows above, other heads and runtime classes
     pytest.param("glpn", "depth-estimation", "ORTModelForCustomTasks", "AutoModelForDepthEstimation", marks=_SLOW),
     pytest.param("wav2vec2", "audio-frame-classification", "ORTModelForAudioFrameClassification",

@@ -22,6 +22,12 @@ from conftest import ENVIRONMENT
                  ("pixel_values",), marks=pytest.mark.skipif(ENVIRONMENT == "t4", reason="RF-DETR is new in transformers 5")),
     ("wav2vec2", "automatic-speech-recognition", "AutoModelForCTC", "ORTModelForCTC", None),
     ("whisper", "automatic-speech-recognition", "AutoModelForSpeechSeq2Seq", "ORTModelForSpeechSeq2Seq", None),
+    # a dual encoder's features: texts and images in, both towers' embeddings out
+    ("clip", "feature-extraction", "AutoModelForZeroShotImageClassification", "ORTModelForCustomTasks",
+     ("input_ids", "attention_mask", "pixel_values")),
+    ("siglip", "feature-extraction", "AutoModelForZeroShotImageClassification", "ORTModelForCustomTasks",
+     ("input_ids", "attention_mask", "pixel_values")),
+    ("bert", "feature-extraction", None, "ORTModelForFeatureExtraction", None),
 ])
 def test_the_task_takes_the_form_that_fits_the_model(model_type, task, auto_class, runtime_class, inputs):
     config = AutoConfig.for_model(model_type)

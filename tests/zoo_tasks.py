@@ -204,8 +204,11 @@ def step_check(task: str, directory: Path) -> dict:
 
     reference = torch.load(directory / "reference.pt")
     inputs, expected = reference["inputs"], reference["outputs"]
+    manifest = directory / "onnx" / "optimum_dynamo.json"  # --dynamo's: the class of the task's form for the model
+    runtime = json.loads(manifest.read_text()).get("runtime") if manifest.exists() else None
+    runtime = runtime.rpartition(".")[2] if runtime else TASKS[task].runtime
     try:
-        got = getattr(optimum.onnxruntime, TASKS[task].runtime).from_pretrained(directory / "onnx")(**inputs)
+        got = getattr(optimum.onnxruntime, runtime).from_pretrained(directory / "onnx")(**inputs)
     except Exception as e:
         return {"ok": False, "reason": f"runtime: {zoo.one_line(e)}"}
     mask = inputs.get("attention_mask")
