@@ -572,3 +572,39 @@ def test_tf_padding_takes_any_image_size(version):
     with torch.no_grad():
         expected = model(pixel_values=images).logits
     assert (program.module()(pixel_values=images).logits - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(not hasattr(__import__("transformers"), "Qwen3ASRForConditionalGeneration"),
+                    reason="Qwen3-ASR is new in transformers 5.24")
+def test_packed_audio_windows_export_and_match_the_original():
+    """Qwen3-ASR's tower attends within windows of its packed clips (bounds from `.item()` and a loop, windows
+    split by `.tolist()`): patched, a program traced on two clips gives the original's features on three others,
+    with windows of 13 rows so that a clip spans several."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    torch.manual_seed(0)
+    audio = dict(model_type="qwen3_asr_encoder", d_model=32, encoder_ffn_dim=64, encoder_layers=2, num_mel_bins=16,
+                 encoder_attention_heads=4, output_dim=32, downsample_hidden_size=8, n_window_infer=100)
+    text = dict(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=4, num_key_value_heads=2)
+    model = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model("qwen3_asr", audio_config=audio, text_config=text,
+                                                                     audio_token_id=5, timestamp_token_id=6)).eval()
+
+    def clips(*frames):  # mel features padded to whole chunks of 100 frames, each clip's mask
+        width = -(-max(frames) // 100) * 100
+        mask = torch.stack([torch.arange(width) < n for n in frames]).long()
+        return {"input_features": torch.randn(len(frames), 16, width) * mask[:, None], "input_features_mask": mask}
+
+    class Features(torch.nn.Module):
+        def forward(self, input_features, input_features_mask):
+            return model.get_audio_features(input_features, input_features_mask).pooler_output
+
+    dynamic = {"input_features": {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC},
+               "input_features_mask": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}}
+    with patches.applied(), torch.no_grad():
+        program = torch.export.export(Features(), (), clips(230, 140), dynamic_shapes=dynamic, strict=False)
+    other = clips(310, 90, 205)
+    with torch.no_grad():
+        expected = Features()(**other)
+    got = program.module()(**other)
+    assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5

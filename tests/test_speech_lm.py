@@ -17,8 +17,8 @@ from tiny import save_tiny_speech_lm
 TASK = "automatic-speech-recognition"
 ATOL = 1e-4
 PROGRAM = "optimum-cli export onnx --dynamo: error: "
-# transformers 5 only; AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) under `slow`
-MODELS = ["glmasr", pytest.param("audioflamingo3", marks=pytest.mark.slow)]
+# transformers 5 only (Qwen3-ASR: 5.24); AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) under `slow`
+MODELS = ["glmasr", "qwen3_asr", pytest.param("audioflamingo3", marks=pytest.mark.slow)]
 # the processor's own padding (the feature extractor's window), then, where the tower takes any number of frames, the
 # clips' longest
 PADDINGS = {"glmasr": ({}, {"padding": True})}

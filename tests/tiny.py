@@ -544,6 +544,18 @@ _SPEECH_LM = {
                                       num_hidden_layers=2, num_attention_heads=4, num_mel_bins=16,
                                       max_source_positions=100),
                            processor="AudioFlamingo3Processor", token="<sound>", text="qwen2"),
+    # a tower of windows over packed clips (transformers 5.24): its own extractor (clips padded to whole seconds),
+    # the audio start / end tokens its processor reads from the tokenizer, a chat template for its transcription
+    # request, the special ids of the tiny vocabulary
+    "qwen3_asr": dict(audio=dict(model_type="qwen3_asr_encoder", d_model=32, encoder_ffn_dim=64, encoder_layers=2,
+                                 encoder_attention_heads=4, num_mel_bins=16, output_dim=32, downsample_hidden_size=8),
+                      processor="Qwen3ASRProcessor", token="<|audio_pad|>", text="qwen3",
+                      extractor="Qwen3ASRFeatureExtractor", config=dict(pad_token_id=0, eos_token_id=2, timestamp_token_id=3),
+                      tokens={"audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>"},
+                      chat_template="{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
+                                    "{% if c['type'] == 'audio' %}<|audio_start|><|audio_pad|><|audio_end|>"
+                                    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+                                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
 }
 
 
@@ -554,17 +566,20 @@ def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bar
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig, WhisperFeatureExtractor
 
     path, spec = Path(path), _SPEECH_LM[model_type]
-    tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"]})
+    tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"], **spec.get("tokens", {})})
     text = dict(_DECODER, model_type=spec["text"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
     config = AutoConfig.for_model(model_type, text_config=text, audio_config=spec["audio"],
-                                  audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]))
+                                  audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]), **spec.get("config", {}))
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(config).eval()
     model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model.save_pretrained(path)
     if not bare:
-        extractor = WhisperFeatureExtractor(feature_size=spec["audio"]["num_mel_bins"], chunk_length=2)
-        getattr(transformers, spec["processor"])(extractor, tokenizer).save_pretrained(path)
+        extractor_class = getattr(transformers, spec.get("extractor", "WhisperFeatureExtractor"))
+        chunks = {"chunk_length": 2} if extractor_class is WhisperFeatureExtractor else {}
+        extractor = extractor_class(feature_size=spec["audio"]["num_mel_bins"], **chunks)
+        template = {"chat_template": spec["chat_template"]} if "chat_template" in spec else {}
+        getattr(transformers, spec["processor"])(extractor, tokenizer, **template).save_pretrained(path)
     return path
 
 

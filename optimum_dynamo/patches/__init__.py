@@ -17,6 +17,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_masks,
     transformers_moe,
     transformers_moonshine,
+    transformers_packed_audio,
     transformers_packed_vision,
     transformers_positions,
     transformers_recurrent_mask,

@@ -20,6 +20,14 @@ _CLASSES = [
 ]
 
 
+def packed_mask(length, cu_seqlens: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[length, length]: 0 between positions of the same packed sequence, the dtype's minimum elsewhere. A position's
+    sequence is the number of `cu_seqlens[1:]` at or before it: any boundaries in any order, repeated or past the
+    end, give the same sequences."""
+    sequence = (torch.arange(length, device=cu_seqlens.device)[:, None] >= cu_seqlens[None, 1:]).sum(-1)
+    return torch.zeros((), dtype=dtype).masked_fill(sequence[:, None] != sequence[None, :], torch.finfo(dtype).min)
+
+
 def _attend_per_image(self, hidden_states, cu_seqlens, position_embeddings, kwargs):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -28,8 +36,7 @@ def _attend_per_image(self, hidden_states, cu_seqlens, position_embeddings, kwar
     query, key, value = self.qkv(hidden_states).reshape(length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
     query, key = modeling.apply_rotary_pos_emb_vision(query, key, *position_embeddings)
     query, key, value = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
-    image = (torch.arange(length, device=hidden_states.device)[:, None] >= cu_seqlens[None, 1:]).sum(-1)  # no patch is past the last end
-    mask = torch.zeros((), dtype=query.dtype).masked_fill(image[:, None] != image[None, :], torch.finfo(query.dtype).min)
+    mask = packed_mask(length, cu_seqlens, query.dtype)
     implementation = self.config._attn_implementation
     attention = (modeling.eager_attention_forward if implementation == "eager" else ALL_ATTENTION_FUNCTIONS[implementation])
     output, _ = attention(self, query, key, value, attention_mask=mask[None, None], scaling=self.scaling, dropout=0.0,
