@@ -66,8 +66,8 @@ def test_an_image_size_the_model_branches_on_is_fixed(tmp_path):
     run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", tmp_path / "checkpoint", "--task",
                       "image-classification", out)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert ("pixel_values: the image size fixed at 64 x 64, the model's configured one: FocalNetForImageClassification "
-            "branches on it (") in run.stderr
+    assert ("pixel_values: the image size fixed at 64 x 64, the capture's first (the config's image_size, else 64): "
+            "FocalNetForImageClassification branches on it (") in run.stderr
     assert f"Eq(Mod(width, {config.patch_size}), 0) holds at width 80, not at 81" in run.stderr
     dims = onnx.load(out / "model.onnx", load_external_data=False).graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_value or d.dim_param for d in dims][1:] == [3, 64, 64]

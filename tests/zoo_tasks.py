@@ -114,14 +114,15 @@ def _vocab(config) -> int:
 
 def _inputs(task: str, model, config, tokenizer) -> dict:
     """The task's batch of 2 by the model's main input: texts padded (2 questions x 2 choices for multiple choice),
-    images at the config's size, waveforms of 6000 samples."""
+    images at the config's size (else 64, as the capture), waveforms of 6000 samples."""
     import inspect
 
     import torch
 
     generator = torch.Generator().manual_seed(0)
     main, takes = model.main_input_name, inspect.signature(model.forward).parameters
-    side = getattr(config, "image_size", None) or getattr(getattr(config, "vision_config", None), "image_size", 32)
+    # the capture's first size (64 where the config names none): a model that branches on the size is fixed at it
+    side = getattr(config, "image_size", None) or getattr(getattr(config, "vision_config", None), "image_size", 64)
     side = side if isinstance(side, int) else side[0]
     if main == "pixel_values":
         return {"pixel_values": torch.randn(2, getattr(config, "num_channels", 3), side, side, generator=generator)}

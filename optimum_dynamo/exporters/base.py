@@ -277,9 +277,9 @@ class Exporter:
             axes = size_guards.image_axes(part.arguments) if part.image_size_chosen else {}
             if axes and (found := size_guards.branches(part.program, axes, partial(_runs_at, part))):
                 size = _keep_first_size(part, axes)
-                logger.warning("    %s: the image size fixed at %s, the model's configured one: %s branches on it (%s); "
-                               "a graph of any size would take the wrong branch at some", ", ".join(axes),
-                               " x ".join(map(str, size)), type(part.module).__name__, "; ".join(found))
+                logger.warning("    %s: the image size fixed at %s, the capture's first (the config's image_size, else 64): "
+                               "%s branches on it (%s); a graph of any size would take the wrong branch at some",
+                               ", ".join(axes), " x ".join(map(str, size)), type(part.module).__name__, "; ".join(found))
                 self.infer_part(ctx, part)
                 self.export_part(ctx, part)
 
