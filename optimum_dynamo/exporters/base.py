@@ -311,8 +311,8 @@ def _runs_at(part: Component, name: str, axis: int, size: int) -> bool:
 
 
 def _keep_first_size(part: Component, axes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
-    """Drops the calls whose images are not of the first call's size (the model's configured one: the image
-    driver starts there); that size."""
+    """Drops the calls whose images are not of the first call's size (the image driver starts at the config's
+    image_size); that size."""
     def size(call):
         return tuple(call.kwargs[n].shape[a] if n in call.kwargs else None for n, ax in axes.items() for a in ax)
 

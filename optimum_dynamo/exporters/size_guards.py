@@ -4,7 +4,7 @@ took; it raises only when a size is fixed outright. The ONNX graph has no guards
 it computes the wrong branch. A guard is also how torch records that two shapes must agree (GLPN's upsampled
 map and its skip connection); at a size where that fails PyTorch fails too, so a guard counts as a branch only
 where the model runs. The capture varied the image size by its own choice (a processor gives one size), so an
-image whose size decides a branch is exported at the size the model was configured for."""
+image whose size decides a branch is exported at the capture's first size (the config's image_size, else 64)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ExportError, describe
-from .gate import GROSS_ABOVE, SCALE_ABOVE
+from .gate import GROSS_ABOVE, factor
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +23,9 @@ class FallbackMismatch(ExportError):
 
 
 def worst_difference(model, calls) -> tuple[float, str, float]:
-    """(|runtime - PyTorch| furthest beyond its threshold, output name, that threshold's factor: `gate.SCALE_ABOVE`)
-    over the calls' tensor outputs the runtime also returns."""
-    worst, where, factor = 0.0, "", 1.0
+    """(|runtime - PyTorch| furthest beyond its threshold, output name, that threshold's factor: `gate.factor`) over
+    the calls' tensor outputs the runtime also returns."""
+    worst, where, worst_factor = 0.0, "", 1.0
     for call in calls:
         feed = {k: v for k, v in call.kwargs.items() if isinstance(v, torch.Tensor) and k in model.input_names}
         got = model(**feed)
@@ -40,10 +40,10 @@ def worst_difference(model, calls) -> tuple[float, str, float]:
                 continue
             difference = (value.float() - expected.float()).abs().nan_to_num(nan=float("inf")).max().item()
             finite = expected.float()[expected.float().isfinite()]
-            scale = max(1.0, (finite.abs().max().item() if finite.numel() else 0.0) / SCALE_ABOVE)
-            if difference / scale > worst / factor:
-                worst, where, factor = difference, name, scale
-    return worst, where, factor
+            scale = factor(finite.abs().max().item() if finite.numel() else 0.0)
+            if difference / scale > worst / worst_factor:
+                worst, where, worst_factor = difference, name, scale
+    return worst, where, worst_factor
 
 
 def check_fallback(directory: Path, ctx, dtype: str | None) -> None:
@@ -52,7 +52,7 @@ def check_fallback(directory: Path, ctx, dtype: str | None) -> None:
         return  # nothing captured, or graphs this check does not cover (caches, encoder-decoders)
     try:
         model = ctx.task.runtime_class().from_pretrained(directory)
-        worst, where, factor = worst_difference(model, ctx.observer.calls)
+        worst, where, scale = worst_difference(model, ctx.observer.calls)
     except Exception as e:
         if "while running" in str(e):  # a node of the graph fails on the task's own inputs: a wrong graph
             raise FallbackMismatch(f"the torchscript fallback's graph fails on the captured inputs ({describe(e)}): "
@@ -60,7 +60,7 @@ def check_fallback(directory: Path, ctx, dtype: str | None) -> None:
         # the captured calls do not fit its inputs: say so, keep optimum's result
         logger.warning("    the torchscript graph was not checked on the captured calls (%s)", describe(e))
         return
-    limit = GROSS_ABOVE["fp32" if dtype in (None, "fp32") else "fp16"] * factor
+    limit = GROSS_ABOVE["fp32" if dtype in (None, "fp32") else "fp16"] * scale
     if worst > limit:
         raise FallbackMismatch(f"the torchscript fallback's graph differs from PyTorch by {worst:.3g} > {limit:g} on the "
                           f"captured inputs ({where}): the graph is wrong, nothing written")

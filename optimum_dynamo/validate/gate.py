@@ -26,9 +26,9 @@ GROSS_ABOVE = {"fp32": 1e-2, "fp16": 2e-1}
 SCALE_ABOVE = 10.0
 
 
-def scale(row: Discrepancy) -> float:
-    """The thresholds' factor for this output: its values' size beyond SCALE_ABOVE."""
-    return max(1.0, row.magnitude / SCALE_ABOVE)
+def factor(magnitude: float) -> float:
+    """The thresholds' factor for an output whose largest |value| is `magnitude`: its size beyond SCALE_ABOVE."""
+    return max(1.0, magnitude / SCALE_ABOVE)
 
 
 class GrossMismatch(PipelineError):
@@ -39,7 +39,7 @@ def gate(rows: Sequence[Discrepancy], atol: float | None, dtype: str = "fp32", g
     """Raise ExportError when the worst output differs from PyTorch by more than `atol`; without `atol`,
     GrossMismatch above the dtype's gross threshold, a warning above its warning threshold. `graph`: the
     component's name, if several."""
-    worst = max(rows, key=lambda r: r.max_abs / scale(r), default=None)
+    worst = max(rows, key=lambda r: r.max_abs / factor(r.magnitude), default=None)
     if worst is None:
         return
     which = f"{graph}: output" if graph else "output"
@@ -48,7 +48,7 @@ def gate(rows: Sequence[Discrepancy], atol: float | None, dtype: str = "fp32", g
         if worst.max_abs > atol:
             raise ExportError(f"{differs} > atol {atol:g} (call {worst.worst_call})")
         return
-    gross, warn = GROSS_ABOVE[dtype] * scale(worst), WARN_ABOVE[dtype] * scale(worst)
+    gross, warn = (limit[dtype] * factor(worst.magnitude) for limit in (GROSS_ABOVE, WARN_ABOVE))
     if worst.max_abs > gross:  # NaN counts as infinite (see report)
         raise GrossMismatch(f"{differs} > {gross:g} (call {worst.worst_call}): the graph is wrong; "
                             "an explicit --atol above the difference writes it anyway")
