@@ -205,8 +205,11 @@ def step_check(task: str, directory: Path) -> dict:
 
     reference = torch.load(directory / "reference.pt")
     inputs, expected = reference["inputs"], reference["outputs"]
-    manifest = directory / "onnx" / "optimum_dynamo.json"  # --dynamo's: the class of the task's form for the model
-    runtime = json.loads(manifest.read_text()).get("runtime") if manifest.exists() else None
+    from optimum_dynamo.manifest import MANIFEST_FILE, read_manifest
+
+    # --dynamo's manifest names the class of the task's form for the model (the fallback's names none)
+    exported = directory / "onnx"
+    runtime = read_manifest(exported).get("runtime") if (exported / MANIFEST_FILE).exists() else None
     runtime = runtime.rpartition(".")[2] if runtime else TASKS[task].runtime
     try:
         got = getattr(optimum.onnxruntime, runtime).from_pretrained(directory / "onnx")(**inputs)
