@@ -54,8 +54,15 @@ def _graph_ops(out) -> list[onnx.NodeProto]:
     return list(onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node)
 
 
-@pytest.mark.parametrize("scheme", ["int4", "int8"])
-@pytest.mark.parametrize("model_type", MODELS)
+# llama's and qwen2's 4-bit graphs are made in both environments (the gate test reads them); the other pairs run in
+# one environment each, every model and scheme in both.
+ONCE = {("llama", "int8"): "t5", ("qwen2", "int8"): "t4", ("phi3", "int4"): "t4", ("phi3", "int8"): "t5",
+        ("gemma2", "int4"): "t5", ("gemma2", "int8"): "t4"}
+
+
+@pytest.mark.parametrize("model_type, scheme", [
+    pytest.param(m, s, marks=pytest.mark.once(ONCE[m, s])) if (m, s) in ONCE else (m, s)
+    for m in MODELS for s in ("int4", "int8")])
 def test_quantized_decoder_in_optimum_runtime(model_type, scheme, checkpoints, dynamo_exports, quantized):
     """A left-padded batch through ORTModelForCausalLM: logits meet the gate's metric against PyTorch, greedy
     generation runs; the manifest records the scheme; every linear weight is packed."""
