@@ -475,6 +475,38 @@ def test_moonshine_encoder_exports_for_any_clip_length():
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
 
 
+def test_wavlm_attention_in_parts_translates_at_any_clip_length(tmp_path):
+    """WavLM's attention through `F.multi_head_attention_forward`: torch 2.13's ONNX decomposition cannot view its
+    output at a dynamic length. Patched, the model equals the original (a row padded), and its ONNX graph, traced at
+    one clip length, runs another in onnxruntime as PyTorch does (1e-4)."""
+    import onnxruntime as ort
+    import zoo
+    from transformers import AutoModelForAudioClassification
+
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.wavlm.")]
+    if not chosen:
+        pytest.skip(f"torch {torch.__version__} decomposes the attention itself: the patch is for torch < 2.15")
+    torch.manual_seed(0)
+    model = AutoModelForAudioClassification.from_config(zoo.tiny_config("wavlm", zoo.TINY_AUDIO, stages=True)).eval()
+
+    def clips(length):
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, length * 3 // 4:] = 0
+        return {"input_values": torch.randn(2, length), "attention_mask": mask}
+
+    inputs = clips(9000)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        with patches.applied(chosen):
+            assert (model(**inputs).logits - expected).abs().max().item() < 1e-5
+            shapes = {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for name in inputs}
+            program = torch.export.export(model, (), clips(16000), dynamic_shapes=shapes, strict=False)
+    torch.onnx.export(program, (), str(tmp_path / "wavlm.onnx"), dynamo=True)
+    session = ort.InferenceSession(str(tmp_path / "wavlm.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {name: value.numpy() for name, value in inputs.items()})[0]
+    assert abs(got - expected.numpy()).max() < 1e-4
+
+
 @pytest.mark.skipif(transformers_version < "5", reason="transformers 4.57's DINOv2 with registers also checks "
                     "int(height) itself (the export is refused in one line)")
 def test_torch_int_keeps_an_image_size_symbolic():

@@ -27,6 +27,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_torch_int,
     transformers_vision_mask,
     transformers_vision_positions,
+    transformers_wavlm,
 )
 from .registry import Patch, PatchError, active_patches, applied, original, register_patch, unregister_patch
 
