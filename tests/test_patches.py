@@ -135,7 +135,7 @@ def test_dense_experts_patch_equals_the_routing_loop(model_type, replacement, bl
 
 @pytest.mark.parametrize("model_type, module", [
     *[(m, "transformers_moe") for m in ("glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "phimoe", "dbrx", "aria_text",
-                                        "deepseek_v3", "minimax")],
+                                        "deepseek_v3", "minimax", "qwen3_next")],
     ("llama4_text", "transformers_complex_rope"),
     ("rwkv", "transformers_rwkv"),
     ("mamba2", "transformers_recurrent_mask"), ("falcon_h1", "transformers_mamba"),

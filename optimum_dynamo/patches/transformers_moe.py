@@ -51,6 +51,8 @@ def dense_qwen3_moe(self, hidden_states):
 
 
 @register_patch("transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward", versions=_V4, reason=_REASON)
+@register_patch("transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextSparseMoeBlock.forward", versions=_V4,
+                reason=_REASON)  # Qwen2-MoE's block (a gated shared expert) under another name
 def dense_qwen2_moe(self, hidden_states):
     batch, length, hidden = hidden_states.shape
     flat = hidden_states.reshape(-1, hidden)
