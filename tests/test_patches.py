@@ -446,6 +446,34 @@ def test_funnel_positions_for_any_length():
     assert isinstance(node.meta["val"].shape[1], torch.SymInt)
 
 
+@pytest.mark.skipif(transformers_version >= "5", reason="transformers 5 has no MEGA (removed)")
+def test_mega_ema_kernel_for_any_length():
+    """MEGA's EMA serves its kernel from a cache in eval mode: exported after an eager run (the CLI's capture), the
+    kernel is a constant of that run's length, too short for longer sequences. Patched, the logits are unchanged at
+    several lengths, and the program traced at 6 after an eager run at 6 gives eager's logits at 14."""
+    from transformers import MegaConfig, MegaForMaskedLM
+
+    torch.manual_seed(0)
+    config = MegaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, ema_projection_size=8,
+                        shared_representation_size=16, num_hidden_layers=2, max_positions=64)
+    model = MegaForMaskedLM(config).eval()
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.deprecated.mega.")]
+    assert chosen
+    batches = [torch.randint(3, 64, (2, n), generator=torch.Generator().manual_seed(n)) for n in (6, 9, 14)]
+    with torch.no_grad():
+        expected = [model(ids).logits for ids in batches]
+        for module in model.modules():
+            if hasattr(module, "_kernel"):
+                module._kernel = None
+        model(batches[0])  # the capture: a kernel of length 6 cached
+        with patches.applied(chosen):
+            assert all((model(ids).logits - e).abs().max().item() < 1e-5 for ids, e in zip(batches, expected))
+            program = torch.export.export(model, (), {"input_ids": batches[0]},
+                                          dynamic_shapes={"input_ids": {1: torch.export.Dim.DYNAMIC}}, strict=False)
+        got = program.module()(input_ids=batches[2]).logits
+    assert (got - expected[2]).abs().max().item() < 1e-5
+
+
 def test_moonshine_encoder_exports_for_any_clip_length():
     """Moonshine's encoder length patch: torch.export keeps the clip length dynamic (unpatched, it is specialized
     to the traced length), and the program at another length, a row padded, equals eager."""

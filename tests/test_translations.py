@@ -4,7 +4,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from optimum_dynamo.exporters.translations import TABLE
+from optimum_dynamo.exporters.translations import TABLE, amend
 
 
 class SearchSorted(torch.nn.Module):
@@ -31,3 +31,30 @@ def test_searchsorted(tmp_path, options, boundaries, values):
     got = session.run(None, {"boundaries": boundaries.numpy(), "values": values.numpy()})[0]
     expected = module(boundaries, values)
     assert got.dtype == expected.numpy().dtype and got.tolist() == expected.tolist()
+
+
+class Convolution(torch.nn.Module):
+    """MEGA's EMA: a convolution through rfft and irfft of twice the sequence length."""
+
+    def forward(self, x, kernel):
+        n = 2 * x.shape[-1]
+        return torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kernel, n=n), n=n)
+
+
+def test_irfft_of_any_length(tmp_path):
+    """torch.onnx's irfft is one DFT whose output ONNX infers as long as its input (the one-sided spectrum) when the
+    length is dynamic: onnxruntime reuses a buffer too short for it ("Shape mismatch attempting to re-use buffer").
+    Amended, onnxruntime gives PyTorch's values at lengths other than the traced one (8: radix 2; 18: any other)."""
+    module, length = Convolution(), torch.export.Dim("length", min=2)
+    generator = torch.Generator().manual_seed(0)
+    program = torch.export.export(module, (torch.rand(2, 3, 5), torch.rand(3, 5)),
+                                  dynamic_shapes=({2: length}, {1: length}))
+    onnx_program = torch.onnx.export(program, dynamo=True, custom_translation_table=TABLE, optimize=False,
+                                     verbose=False)
+    assert amend(onnx_program.model) == 1
+    onnx_program.save(tmp_path / "model.onnx")
+    session = ort.InferenceSession(tmp_path / "model.onnx")
+    for n in (4, 9):
+        x, kernel = torch.rand(2, 3, n, generator=generator), torch.rand(3, n, generator=generator)
+        got = session.run(None, {"x": x.numpy(), "kernel": kernel.numpy()})[0]
+        torch.testing.assert_close(torch.from_numpy(got), module(x, kernel), atol=1e-5, rtol=1e-5)

@@ -252,7 +252,8 @@ class GraphInputs:
 
 def translate_program(program: torch.export.ExportedProgram, options: ExportOptions):
     """torch.onnx's translation (no optimization: `optimize_graph` does it), with the ops it lacks
-    (`translations`); the opset follows --opset, else what --optimize needs."""
+    (`translations`) and its graph mended where its own translation is wrong (`translations.amend`); the opset
+    follows --opset, else what --optimize needs."""
     opset = options.opset or default_opset(options.optimize_level)
     keep_rank_squeezes(program)
     drop_tensor_asserts(program)
@@ -260,6 +261,7 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
                                      custom_translation_table=translations.TABLE,
                                      verbose=None if is_verbose() else False)
+    translations.amend(onnx_program.model)
     onnx_program.exported_program = None  # memory: the ONNX model is what is kept
     return onnx_program
 

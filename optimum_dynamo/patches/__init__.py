@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_jamba,
     transformers_mamba,
     transformers_masks,
+    transformers_mega,
     transformers_moe,
     transformers_moonshine,
     transformers_packed_audio,
