@@ -29,6 +29,7 @@ from .base import OFFLOAD, ExportContext, Exporter, release_weights, stage
 from .component import Component
 from . import translations
 from .onnx_optimize import contrib_ops, default_opset, fused, optimize, share_input_dims, unfused
+from .onnx_passes.inverse_dft import WholeSpectrumInverseDFT
 from .onnx_passes.quantize import QuantizeWeights, Scheme
 from .pt2 import write_artifacts
 
@@ -252,8 +253,8 @@ class GraphInputs:
 
 def translate_program(program: torch.export.ExportedProgram, options: ExportOptions):
     """torch.onnx's translation (no optimization: `optimize_graph` does it), with the ops it lacks
-    (`translations`) and its graph mended where its own translation is wrong (`translations.amend`); the opset
-    follows --opset, else what --optimize needs."""
+    (`translations`) and its irfft mended (`onnx_passes.inverse_dft`); the opset follows --opset, else what
+    --optimize needs."""
     opset = options.opset or default_opset(options.optimize_level)
     keep_rank_squeezes(program)
     drop_tensor_asserts(program)
@@ -261,7 +262,7 @@ def translate_program(program: torch.export.ExportedProgram, options: ExportOpti
     onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, opset_version=opset,
                                      custom_translation_table=translations.TABLE,
                                      verbose=None if is_verbose() else False)
-    translations.amend(onnx_program.model)
+    WholeSpectrumInverseDFT()(onnx_program.model)
     onnx_program.exported_program = None  # memory: the ONNX model is what is kept
     return onnx_program
 
