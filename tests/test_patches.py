@@ -562,16 +562,19 @@ def test_torch_int_keeps_an_image_size_symbolic():
 
 
 @pytest.mark.skipif(transformers_version >= "5", reason="transformers 5's classifiers export as they are")
-def test_eos_pooling_exports_and_matches_the_original():
+@pytest.mark.parametrize("model_type, extra", [("bart", {}), ("bigbird_pegasus", {"attention_type": "original_full"})])
+def test_eos_pooling_exports_and_matches_the_original(model_type, extra):
     """BART's classifier on transformers 4 pools at each row's last eos by a boolean index: patched, the program
-    traced on one batch matches the unpatched model on another (other lengths, eos before the padding)."""
-    from transformers import BartConfig, BartForSequenceClassification
+    traced on one batch matches the unpatched model on another (other lengths, eos before the padding).
+    BigBird-Pegasus's decoder, given no mask, also needs `decoder_mask_of_ones` (its eager attention)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
     torch.manual_seed(0)
-    config = BartConfig(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-                        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                        eos_token_id=2, pad_token_id=1, num_labels=3, use_cache=False)
-    model = BartForSequenceClassification(config).eval()
+    config = AutoConfig.for_model(model_type, vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                  decoder_ffn_dim=64, max_position_embeddings=64, eos_token_id=2, pad_token_id=1,
+                                  num_labels=3, use_cache=False, **extra)
+    model = AutoModelForSequenceClassification.from_config(config).eval()
 
     def batch(lengths, total):
         ids = torch.full((len(lengths), total), config.pad_token_id)

@@ -46,3 +46,19 @@ def hybrid_causal_mask(self, attention_mask, input_tensor, cache_position):
 for _model in ("jamba.modeling_jamba.JambaModel", "zamba2.modeling_zamba2.Zamba2Model"):
     register_patch(f"transformers.models.{_model}._update_causal_mask", versions={"transformers": ">=4.51,<5"},
                    reason=_HYBRID_MASK_REASON)(hybrid_causal_mask)
+
+
+_DECODER_MASK = ("transformers.models.bigbird_pegasus.modeling_bigbird_pegasus.BigBirdPegasusPreTrainedModel"
+                 "._update_causal_mask")
+
+
+@register_patch(_DECODER_MASK, versions={"transformers": ">=4.53,<5"},
+                reason="a decoder given no mask: keys for its own length, not one more")
+def decoder_mask_of_ones(self, attention_mask, input_tensor, cache_position, past_key_values):
+    """BigBird-Pegasus's decoder given no mask makes one of ones only outside torch.compile; traced, its causal mask
+    is then `past + length + 1` keys long, which its eager attention adds to `past + length` scores (a size
+    mismatch). The patch gives it the ones eager mode does."""
+    if attention_mask is None:
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        attention_mask = torch.ones(input_tensor.shape[0], past + input_tensor.shape[1], device=input_tensor.device)
+    return original(_DECODER_MASK)(self, attention_mask, input_tensor, cache_position, past_key_values)
