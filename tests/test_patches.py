@@ -474,6 +474,41 @@ def test_mega_ema_kernel_for_any_length():
     assert (got - expected[2]).abs().max().item() < 1e-5
 
 
+def test_canine_sequence_length_stays_an_axis():
+    """CANINE pools its molecule mask with MaxPool1d, loops over local-attention chunks with `range(length)` and
+    repeats its molecules by a count from the length: torch.export fixes the length. Patched, the logits are unchanged
+    at lengths besides multiples of the downsampling rate, over one chunk or several, a padded row's last chunk
+    all padding (an 8-wide chunk here; CANINE's is 128), and the length stays an axis of the exported program."""
+    from transformers import CanineConfig, CanineForSequenceClassification
+
+    torch.manual_seed(0)
+    config = CanineConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, num_hidden_layers=2,
+                          local_transformer_stride=8, max_position_embeddings=64, num_hash_buckets=64)
+    model = CanineForSequenceClassification(config).eval()
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.canine.")]
+    assert len(chosen) == 3
+
+    def batch(n):
+        mask = torch.ones(2, n, dtype=torch.long)
+        mask[1, n * 2 // 3:] = 0
+        return {"input_ids": torch.randint(3, 5000, (2, n), generator=torch.Generator().manual_seed(n)),
+                "attention_mask": mask}
+
+    lengths = (6, 13, 8, 30, 47)
+    with torch.no_grad():
+        expected = [model(**batch(n)).logits for n in lengths]
+        with patches.applied(chosen):
+            assert all((model(**batch(n)).logits - e).abs().max().item() < 1e-5 for n, e in zip(lengths, expected))
+            axis = {1: torch.export.Dim.DYNAMIC}
+            program = torch.export.export(model, (), batch(13), strict=False,
+                                          dynamic_shapes={"input_ids": axis, "attention_mask": axis})
+    ids = program.graph_signature.user_inputs[0]
+    (node,) = [n for n in program.graph.nodes if n.op == "placeholder" and n.name == ids]
+    assert isinstance(node.meta["val"].shape[1], torch.SymInt)
+    assert all((program.module()(**batch(n)).logits - e).abs().max().item() < 1e-5  # (its guards: from 8 on, two
+               for n, e in zip(lengths[2:], expected[2:]))  # molecules as traced; the ONNX graph takes 4 to 7 too)
+
+
 def test_moonshine_encoder_exports_for_any_clip_length():
     """Moonshine's encoder length patch: torch.export keeps the clip length dynamic (unpatched, it is specialized
     to the traced length), and the program at another length, a row padded, equals eager."""

@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (register their patches)
     torch_size_tensors,
     transformers_attention,
     transformers_block_mask,
+    transformers_canine,
     transformers_complex_rope,
     transformers_deepstack,
     transformers_eos_pooling,
