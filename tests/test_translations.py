@@ -60,3 +60,27 @@ def test_irfft_of_any_length(tmp_path):
         x, kernel = torch.rand(2, 3, n, generator=generator), torch.rand(3, n, generator=generator)
         got = session.run(None, {"x": x.numpy(), "kernel": kernel.numpy()})[0]
         torch.testing.assert_close(torch.from_numpy(got), module(x, kernel), atol=1e-5, rtol=1e-5)
+
+
+class LastToken(torch.nn.Module):
+    """A classifier's row end (transformers 4's older ones): the remainder by the sequence length, a size."""
+
+    def forward(self, ids, scores):
+        return (ids - 1) % ids.shape[-1], (scores - 1.5) % scores.shape[-1]
+
+
+def test_remainder_by_a_size(tmp_path):
+    """torch.onnx's remainder by a scalar makes a constant of it, which fails on a symbolic size; translated here,
+    onnxruntime gives Python's remainder (the divisor's sign) at another length, for integers and floats."""
+    module, length = LastToken(), torch.export.Dim("length", min=2)
+    program = torch.export.export(module, (torch.tensor([[0, 3, 5]]), torch.tensor([[-4.0, 0.5, 7.25]])),
+                                  dynamic_shapes=({1: length}, {1: length}))
+    onnx_program = torch.onnx.export(program, dynamo=True, custom_translation_table=TABLE, optimize=False,
+                                     verbose=False)
+    onnx_program.save(tmp_path / "model.onnx")
+    session = ort.InferenceSession(tmp_path / "model.onnx")
+    ids, scores = torch.tensor([[0, 2, 9, -7, 4]]), torch.tensor([[-9.5, -0.25, 3.0, 11.0, 1.5]])
+    got = session.run(None, {"ids": ids.numpy(), "scores": scores.numpy()})
+    expected = module(ids, scores)
+    assert got[0].tolist() == expected[0].tolist()
+    torch.testing.assert_close(torch.from_numpy(got[1]), expected[1])

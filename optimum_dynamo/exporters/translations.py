@@ -39,4 +39,15 @@ def searchsorted(sorted_sequence, self, out_int32: bool = False, right: bool = F
     return op.Cast(count, to=6) if out_int32 else count  # 6: int32
 
 
-__all__ = ["TABLE", "searchsorted", "translates"]
+@translates(torch.ops.aten.remainder.Scalar)
+def remainder_scalar(self, other):
+    """Python's remainder (the divisor's sign) by a scalar that may be a size: torch.onnx's own makes a constant of
+    it, which fails on a symbolic one. transformers 4's older sequence classifiers (open-llama) find each row's last
+    token as `(first pad - 1) % input_ids.shape[-1]`."""
+    other = op.CastLike(other, self)
+    if self.dtype.is_integer():
+        return op.Mod(self, other)  # fmod=0: the divisor's sign
+    return op.Sub(self, op.Mul(op.Floor(op.Div(self, other)), other))
+
+
+__all__ = ["TABLE", "remainder_scalar", "searchsorted", "translates"]
