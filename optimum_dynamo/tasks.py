@@ -28,22 +28,25 @@ class TaskSpec:
     auto_class: str | None = None  # transformers' auto class that loads the model (None: optimum's for the task)
     inputs: tuple[str, ...] | None = None  # the graph's inputs (None: the runtime class's forward says)
     streams: bool = True  # weights streamed from the checkpoint when big (docs: Big models)
+    reads: tuple[str, ...] = ()  # outputs the runtime class reads by name (the model must return them)
 
 
 # optimum has no runtime class for these tasks: its generic one feeds the graph's inputs by name and returns its
 # outputs, named after transformers' output fields
 _GENERIC = "ORTModelForCustomTasks"
+_LOGITS = ("logits",)
 
 # Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
 SUPPORTED: dict[str, TaskSpec] = {
     "text-generation": TaskSpec(drive_text_generation, "ORTModelForCausalLM", {"use_cache": True}),
     "feature-extraction": TaskSpec(drive_forward, "ORTModelForFeatureExtraction"),
-    "fill-mask": TaskSpec(drive_forward, "ORTModelForMaskedLM"),
-    "text-classification": TaskSpec(drive_forward, "ORTModelForSequenceClassification"),
-    "token-classification": TaskSpec(drive_forward, "ORTModelForTokenClassification"),
-    "question-answering": TaskSpec(drive_forward, "ORTModelForQuestionAnswering"),
-    "multiple-choice": TaskSpec(drive_multiple_choice, "ORTModelForMultipleChoice"),
-    "image-classification": TaskSpec(drive_forward, "ORTModelForImageClassification"),
+    "fill-mask": TaskSpec(drive_forward, "ORTModelForMaskedLM", reads=_LOGITS),
+    "text-classification": TaskSpec(drive_forward, "ORTModelForSequenceClassification", reads=_LOGITS),
+    "token-classification": TaskSpec(drive_forward, "ORTModelForTokenClassification", reads=_LOGITS),
+    "question-answering": TaskSpec(drive_forward, "ORTModelForQuestionAnswering",
+                                   reads=("start_logits", "end_logits")),
+    "multiple-choice": TaskSpec(drive_multiple_choice, "ORTModelForMultipleChoice", reads=_LOGITS),
+    "image-classification": TaskSpec(drive_forward, "ORTModelForImageClassification", reads=_LOGITS),
     "zero-shot-image-classification": TaskSpec(drive_text_and_images, "ORTModelForZeroShotImageClassification"),
     "semantic-segmentation": TaskSpec(drive_forward, "ORTModelForSemanticSegmentation"),
     # optimum's pipeline task: semantic segmenters here, mask-per-query models in VARIANTS
@@ -51,8 +54,8 @@ SUPPORTED: dict[str, TaskSpec] = {
                                    auto_class="AutoModelForSemanticSegmentation"),
     "object-detection": TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",)),
     "depth-estimation": TaskSpec(drive_forward, _GENERIC, inputs=("pixel_values",)),
-    "audio-classification": TaskSpec(drive_forward, "ORTModelForAudioClassification"),
-    "audio-frame-classification": TaskSpec(drive_forward, "ORTModelForAudioFrameClassification"),
+    "audio-classification": TaskSpec(drive_forward, "ORTModelForAudioClassification", reads=_LOGITS),
+    "audio-frame-classification": TaskSpec(drive_forward, "ORTModelForAudioFrameClassification", reads=_LOGITS),
     "audio-xvector": TaskSpec(drive_forward, "ORTModelForAudioXVector"),
     "text2text-generation": TaskSpec(drive_seq2seq_generation, "ORTModelForSeq2SeqLM", encoder_decoder=True),
     "automatic-speech-recognition": TaskSpec(drive_seq2seq_generation, "ORTModelForSpeechSeq2Seq",
@@ -93,7 +96,7 @@ VARIANTS: dict[str, list[TaskSpec]] = {
         for auto in ("AutoModelForUniversalSegmentation", "AutoModelForInstanceSegmentation")
     ],
     "automatic-speech-recognition": [
-        TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC"),
+        TaskSpec(drive_forward, "ORTModelForCTC", auto_class="AutoModelForCTC", reads=_LOGITS),
         TaskSpec(None, "ORTModelForSpeechSeq2Seq", speech_language=True, auto_class="AutoModelForSeq2SeqLM"),
     ],
 }

@@ -214,6 +214,25 @@ def test_a_mask_the_runtime_class_cannot_feed_is_named(tmp_path):
     assert (torch.as_tensor(ort_model(input_values=clips).logits) - expected).abs().max().item() < ATOL
 
 
+@pytest.mark.skipif(not hasattr(transformers, "PPLCNetForImageClassification"), reason="PP-LCNet is new in "
+                    "transformers 5")
+def test_a_model_without_the_output_the_runtime_class_reads_is_refused(tmp_path):
+    """PP-LCNet's classifier returns its class scores as `last_hidden_state`; ORTModelForImageClassification reads
+    `logits`: the export is refused in one line, before torch.export, and nothing is written."""
+    import zoo
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    config = zoo.tiny_config("pp_lcnet", zoo.TINY_VISION, stages=True)
+    transformers.AutoModelForImageClassification.from_config(config).save_pretrained(checkpoint)
+    run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoint, "--task", "image-classification", out)
+    assert run.returncode != 0
+    assert run.stderr.splitlines()[-1] == (
+        "optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: PPLCNetForImageClassification "
+        "returns no logits (it returns last_hidden_state), which ORTModelForImageClassification reads); no fallback: "
+        "no torchscript OnnxConfig for pp_lcnet/image-classification")
+    assert not out.exists()
+
+
 # one each (CI's time): transformers 4's tiny tokenizer makes token types (the warning), transformers 5's does not
 @pytest.mark.parametrize("files", [pytest.param("bare", marks=() if ON_5 else _SLOW),
                                    pytest.param("tokenizer", marks=_SLOW if ON_5 else ())])
@@ -251,23 +270,21 @@ def test_token_types_the_model_computes_itself(files, tmp_path):
             assert (got[name] - expected[name])[mask.bool()].abs().max().item() < ATOL
 
 
-@pytest.mark.skipif(ON_5, reason="CI's time: transformers 4.57's CANINE is the measured case")
+@pytest.mark.skipif(ON_5, reason="CI's time: transformers 4.57's CPM-Ant is the measured case")
 def test_an_axis_the_model_fixes_is_named(tmp_path):
-    """CANINE's forward turns the sequence length into Python numbers (it fixes the axis torch.export was told
-    varies): one line names the inputs, axes and sizes; no graph for one length is written."""
+    """CPM-Ant's forward turns the sequence length into a Python number (it fixes the axis torch.export was told
+    varies): one line names the input, axis and size; no graph for one length is written."""
+    import zoo
+
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
     torch.manual_seed(0)
-    config = transformers.CanineConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                       downsampling_rate=2, num_hash_functions=2, num_hash_buckets=64,
-                                       local_transformer_stride=4)
-    transformers.CanineModel(config).eval().save_pretrained(checkpoint)  # no vocab_size: code points are its ids
+    transformers.AutoModel.from_config(zoo.tiny_config("cpmant")).save_pretrained(checkpoint)
     run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
                       "feature-extraction", out)
     assert run.returncode != 0 and not out.exists()
     assert ("optimum-cli export onnx --dynamo: error: dynamo export failed (PipelineError: the model's code fixes "
-            "input_ids's sequence_length to 11, attention_mask's sequence_length to 11, token_type_ids's "
-            "sequence_length to 11 (a Python number made from a tensor's size): a graph that takes other sizes cannot "
-            "be traced from it); no fallback: --no-fallback") in run.stderr.splitlines()
+            "input_ids's sequence_length to 11 (a Python number made from a tensor's size): a graph that takes other "
+            "sizes cannot be traced from it); no fallback: --no-fallback") in run.stderr.splitlines()
 
 
 def test_an_encoder_decoder_classifier_exports_without_its_cache(tmp_path):

@@ -237,6 +237,7 @@ class Exporter:
                            "(rows the preprocessor padded differ from PyTorch's with it)", name,
                            type(ctx.model).__name__, ctx.task.spec.runtime_class)
         _warn_unlike_the_runtime_fill(ctx, obs.calls)
+        _check_read_outputs(ctx, obs.calls)
         if ctx.task.with_past and ctx.task.base == "text-generation":
             check_cache_returned(obs.calls, ctx.config.model_type, ctx.task.name)
         forward = inspect.signature(ctx.model.forward).parameters
@@ -332,6 +333,16 @@ def _warn_unlike_the_runtime_fill(ctx: ExportContext, calls) -> None:
         return
     logger.warning("    token_type_ids: %s computes its own when given none, not zeros; %s feeds zeros when given "
                    "none: pass the tokenizer's token_type_ids", type(ctx.model).__name__, ctx.task.spec.runtime_class)
+
+
+def _check_read_outputs(ctx: ExportContext, calls) -> None:
+    """The runtime class reads its outputs by name (`logits`): a model that returns them under another (PP-LCNet's
+    classifier: `last_hidden_state`) would give a graph the class cannot run, whatever its numbers."""
+    returned = list(flat_outputs(calls[0].outputs)) if calls else []
+    missing = [name for name in ctx.task.spec.reads if name not in returned]
+    if returned and missing:
+        raise PipelineError(f"{type(ctx.model).__name__} returns no {' or '.join(missing)} (it returns "
+                            f"{', '.join(returned)}), which {ctx.task.spec.runtime_class} reads")
 
 
 _SPECIALIZED = re.compile(r"You marked L\['(\w+)'\]\.size\(\)\[(\d+)\] as dynamic but your code specialized it to be a "
