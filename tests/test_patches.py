@@ -446,6 +446,39 @@ def test_funnel_positions_for_any_length():
     assert isinstance(node.meta["val"].shape[1], torch.SymInt)
 
 
+def test_longformer_local_attention_for_any_length():
+    """Longformer asks the mask whether any token is global (`.item()`) and branches on it, chunks by a view whose
+    count is a tensor value, and pads to a multiple of the window only if needed: torch.export stops or fixes the
+    length. Patched, without a global_attention_mask (the fill-mask and token-classification runtime feeds none), the
+    logits are unchanged on a padded batch, and the program (dynamic batch and length) equals eager at another
+    length, a multiple of the window where the traced one was not."""
+    from transformers import LongformerConfig, LongformerForMaskedLM
+
+    torch.manual_seed(0)
+    config = LongformerConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=64, attention_window=[4, 4], max_position_embeddings=64, pad_token_id=1)
+    model = LongformerForMaskedLM(config).eval()
+    chosen = [p for p in patches.active_patches() if p.target.startswith("transformers.models.longformer.")]
+    assert chosen
+
+    def batch(n):
+        ids = torch.randint(3, 64, (2, n), generator=torch.Generator().manual_seed(n))
+        mask = torch.ones_like(ids)
+        mask[1, n - 3:] = 0
+        return {"input_ids": ids, "attention_mask": mask}
+
+    batches = [batch(n) for n in (8, 11, 12)]
+    dims = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    with torch.no_grad():
+        expected = [model(**b).logits for b in batches]
+        with patches.applied(chosen):
+            assert all((model(**b).logits - e).abs().max().item() < 1e-5 for b, e in zip(batches[:2], expected))
+            program = torch.export.export(model, (), batches[1], dynamic_shapes={k: dims for k in batches[1]},
+                                          strict=False)
+        got = program.module()(**batches[2]).logits
+    assert (got - expected[2]).abs().max().item() < 1e-5
+
+
 @pytest.mark.skipif(transformers_version >= "5", reason="transformers 5 has no MEGA (removed)")
 def test_mega_ema_kernel_for_any_length():
     """MEGA's EMA serves its kernel from a cache in eval mode: exported after an eager run (the CLI's capture), the

@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_idefics,
     transformers_image_splits,
     transformers_jamba,
+    transformers_longformer,
     transformers_mamba,
     transformers_masks,
     transformers_mega,
