@@ -39,7 +39,7 @@ _LOGITS = ("logits",)
 # Tasks the --dynamo path exports; the key is optimum's task name without "-with-past".
 SUPPORTED: dict[str, TaskSpec] = {
     "text-generation": TaskSpec(drive_text_generation, "ORTModelForCausalLM", {"use_cache": True}),
-    "feature-extraction": TaskSpec(drive_forward, "ORTModelForFeatureExtraction"),
+    "feature-extraction": TaskSpec(drive_forward, "ORTModelForFeatureExtraction", reads=("last_hidden_state",)),
     "fill-mask": TaskSpec(drive_forward, "ORTModelForMaskedLM", reads=_LOGITS),
     "text-classification": TaskSpec(drive_forward, "ORTModelForSequenceClassification", reads=_LOGITS),
     "token-classification": TaskSpec(drive_forward, "ORTModelForTokenClassification", reads=_LOGITS),

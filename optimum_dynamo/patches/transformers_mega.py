@@ -8,7 +8,7 @@ by a dimension other than 1. 17 by 18" between the two spectra multiplied in `ff
 kernel cached, it would instead leave a fake tensor in `self._kernel`. The patch always computes the kernel, as
 training mode does (the values the cache holds: a function of the parameters and the length).
 The FFT convolution itself is left to the original: its irfft is mended at the translation
-(`exporters.translations.whole_spectrum_inverse_dfts`). (transformers 4.57; MEGA is gone from 5.x.)"""
+(`exporters/onnx_passes/inverse_dft.py`). (transformers 4.57; MEGA is gone from 5.x.)"""
 
 from __future__ import annotations
 
