@@ -156,6 +156,8 @@ FEATURE_CASES = [
                  "ORTModelForAudioClassification", "AutoModelForAudioClassification", marks=_SLOW),
     pytest.param("wav2vec2-bert", "audio-frame-classification", "SeamlessM4TFeatureExtractor",
                  "ORTModelForAudioFrameClassification", "AutoModelForAudioFrameClassification", marks=_SLOW),
+    pytest.param("wav2vec2-bert", "audio-xvector", "SeamlessM4TFeatureExtractor", "ORTModelForAudioXVector",
+                 "AutoModelForAudioXVector", marks=_SLOW if ON_5 else ()),  # its pooling of a masked batch
     pytest.param("parakeet_ctc", "automatic-speech-recognition", "ParakeetFeatureExtractor", "ORTModelForCTC",
                  "AutoModelForCTC", marks=[_SLOW, pytest.mark.skipif(not ON_5, reason="transformers 4.57's Parakeet "
                                                                       "extractor needs librosa, not installed here")]),

@@ -603,6 +603,40 @@ def test_wavlm_attention_in_parts_translates_at_any_clip_length(tmp_path):
     assert abs(got - expected.numpy()).max() < 1e-4
 
 
+@pytest.mark.parametrize("model_type", ["wav2vec2", "wav2vec2-bert"])
+def test_xvector_pooling_of_a_masked_batch_exports_for_any_batch(model_type):
+    """Given a mask, the x-vector heads pool each row up to its length in a loop over the rows: torch.export fixes
+    the batch. Patched, the embeddings and logits equal the original's on a padded batch, and the program traced on
+    two clips runs three of other lengths as eager does."""
+    import zoo
+    from transformers import AutoModelForAudioXVector
+
+    torch.manual_seed(0)
+    model = AutoModelForAudioXVector.from_config(zoo.tiny_config(model_type, zoo.TINY_AUDIO, stages=True)).eval()
+    main = "input_features" if model_type == "wav2vec2-bert" else "input_values"
+
+    def clips(batch, length):
+        mask = torch.ones(batch, length, dtype=torch.long)
+        mask[1, length * 2 // 3:] = 0
+        shape = (batch, length, model.config.feature_projection_input_dim) if main == "input_features" else (
+            batch, length)
+        return {main: torch.randn(shape), "attention_mask": mask}
+
+    chosen = [p for p in patches.active_patches() if p.replacement.__module__.endswith("transformers_xvector")
+              and p.target.startswith(type(model).__module__)]
+    assert chosen
+    inputs = clips(3, 120 if main == "input_features" else 9000)
+    with torch.no_grad():
+        expected = model(**inputs)
+        with patches.applied(chosen):
+            got = model(**inputs)
+            assert all((got[k] - expected[k]).abs().max().item() < 1e-5 for k in ("logits", "embeddings"))
+            shapes = {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for name in inputs}
+            program = torch.export.export(model, (), clips(2, 100 if main == "input_features" else 8000),
+                                          dynamic_shapes=shapes, strict=False)
+    assert (program.module()(**inputs).embeddings - expected.embeddings).abs().max().item() < 1e-5
+
+
 @pytest.mark.skipif(transformers_version < "5", reason="transformers 4.57's DINOv2 with registers also checks "
                     "int(height) itself (the export is refused in one line)")
 def test_torch_int_keeps_an_image_size_symbolic():

@@ -31,6 +31,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_vision_mask,
     transformers_vision_positions,
     transformers_wavlm,
+    transformers_xvector,
 )
 from .registry import Patch, PatchError, active_patches, applied, original, register_patch, unregister_patch
 
