@@ -191,6 +191,8 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
         for files in (tokenizer, extractor):
             if files is not None:
                 files.save_pretrained(directory / "checkpoint")
+        getattr(transformers, auto).from_pretrained(directory / "checkpoint")  # a user loads it back (4.57's evolla:
+        # its saved architecture is not recognized)
     except Exception as e:  # PyTorch cannot run it: outside the population
         return {"viable": False, "reason": zoo.one_line(e)}
     torch.save({"inputs": inputs, "outputs": outputs}, directory / "reference.pt")
