@@ -77,6 +77,21 @@ def test_no_fallback_fails_with_one_line_and_no_output(checkpoints, tmp_path):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.once("t5")
+def test_verbose_shows_the_traceback_of_the_failed_export(checkpoints, tmp_path):
+    """With --verbose, the traceback of a failed dynamo export comes before its one error line (the line is the
+    same); without it there is none (above)."""
+    out = tmp_path / "out"
+    run = broken_cli("export", "onnx", "--dynamo", "--no-fallback", "--verbose", "--model", checkpoints("llama"), out)
+    assert run.returncode != 0
+    lines = run.stderr.splitlines()
+    assert lines[-1] == ("optimum-cli export onnx --dynamo: error: dynamo export failed "
+                         "(RuntimeError: broken on purpose); no fallback: --no-fallback")
+    start = lines.index("Traceback (most recent call last):")
+    assert "RuntimeError: broken on purpose" in lines[start:-1]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("model_type, covered", [("llama", True), ("deepseek_v3", True), ("qwen3_moe", True),
                                                 ("blenderbot-small", True), ("mamba", False)])
 def test_fallback_finds_optimum_onnx_config_under_the_model_type_as_spelled(model_type, covered):

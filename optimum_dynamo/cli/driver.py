@@ -61,6 +61,7 @@ def run(command: Command, args) -> None:
         print(f"{command.prog}: error: interrupted ({type(e).__name__}); nothing was written", file=sys.stderr)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 143) from None
     except Exception as e:  # the dynamo export failed on a valid model: the other exporter, if any
+        quiet.logger().debug("the dynamo export's traceback:", exc_info=True)
         _fall_back(command, args, state, describe(e))
     else:
         quiet.logger().info("Exported to %s%s", Path(output).resolve(), f" ({written})" if written else "")
