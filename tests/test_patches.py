@@ -773,3 +773,38 @@ def test_packed_audio_windows_export_and_match_the_original():
         expected = Features()(**other)
     got = program.module()(**other)
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
+
+
+@pytest.mark.skipif(transformers_version < "5.15", reason="transformers 4 writes the scan inside each mixer's forward")
+@pytest.mark.parametrize("model_type", ["mamba", "zamba"])
+def test_selective_scan_keeps_the_length_an_axis(model_type, tmp_path):
+    """The Mamba-1 selective scan loops over the length in Python: torch.export unrolls it at the traced length.
+    Patched (`torch.scan`), the model equals the original on a padded batch, and its ONNX graph, traced on two rows of
+    7 tokens, runs three rows of 11 in onnxruntime as PyTorch does (1e-4)."""
+    import onnxruntime as ort
+    import zoo
+    from transformers import AutoModel
+
+    torch.manual_seed(0)
+    model = AutoModel.from_config(zoo.tiny_config(model_type)).eval()
+    chosen = [p for p in patches.active_patches() if p.target.startswith(type(model).__module__ + ".mamba_selective")]
+    assert len(chosen) == 1
+
+    def batch(rows, length):
+        mask = torch.ones(rows, length, dtype=torch.long)
+        mask[0, :length // 3] = 0  # left padding, as the tokenizers of decoders give
+        return {"input_ids": torch.randint(3, 64, (rows, length)), "attention_mask": mask}
+
+    inputs = batch(3, 11)
+    with torch.no_grad():
+        expected = model(**inputs, use_cache=False).last_hidden_state
+        with patches.applied(chosen):
+            assert (model(**inputs, use_cache=False).last_hidden_state - expected).abs().max().item() < 1e-5
+            shapes = {"input_ids": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}, "use_cache": None}
+            shapes["attention_mask"] = shapes["input_ids"]
+            program = torch.export.export(model, (), {**batch(2, 7), "use_cache": False}, dynamic_shapes=shapes,
+                                          strict=False)
+    torch.onnx.export(program, (), str(tmp_path / "scan.onnx"), dynamo=True)
+    session = ort.InferenceSession(str(tmp_path / "scan.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {name: value.numpy() for name, value in inputs.items()})[0]
+    assert abs(got - expected.numpy()).max() < 1e-4

@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_positions,
     transformers_recurrent_mask,
     transformers_rwkv,
+    transformers_selective_scan,
     transformers_sliding,
     transformers_tf_padding,
     transformers_torch_int,
