@@ -29,6 +29,7 @@ class TaskSpec:
     inputs: tuple[str, ...] | None = None  # the graph's inputs (None: the runtime class's forward says)
     streams: bool = True  # weights streamed from the checkpoint when big (docs: Big models)
     reads: tuple[str, ...] = ()  # outputs the runtime class reads by name (the model must return them)
+    methods: tuple[str, ...] = ()  # the auto class's model for the config has these (a form its mapping does not name)
 
 
 # optimum has no runtime class for these tasks: its generic one feeds the graph's inputs by name and returns its
@@ -88,9 +89,14 @@ def library_task(task: str | None, library: str) -> str:
 # legacy_bridge.ort_speech_lm)
 VARIANTS: dict[str, list[TaskSpec]] = {
     # dual encoders (CLIP, BLIP, SigLIP, ...): their forward takes texts and images and returns both embeddings,
-    # not the `last_hidden_state` optimum's feature-extraction class reads
-    "feature-extraction": [TaskSpec(drive_text_and_images, _GENERIC, auto_class="AutoModelForZeroShotImageClassification",
-                                    inputs=("input_ids", "attention_mask", "pixel_values"))],
+    # not the `last_hidden_state` optimum's feature-extraction class reads; those outside the zero-shot mapping
+    # (GroupViT, OWL-ViT) are told by the text and image embedding methods of their model
+    "feature-extraction": [
+        TaskSpec(drive_text_and_images, _GENERIC, auto_class=auto, inputs=("input_ids", "attention_mask", "pixel_values"),
+                 methods=methods)
+        for auto, methods in (("AutoModelForZeroShotImageClassification", ()),
+                              ("AutoModel", ("get_text_features", "get_image_features")))
+    ],
     # instance / panoptic segmenters (DETR, MaskFormer, Mask2Former, EoMT, ...): a class and a mask per query,
     # which optimum's semantic-segmentation class does not return
     "image-segmentation": [
@@ -111,9 +117,15 @@ def _maps(auto_class: str | None, config) -> bool:
 
 
 def _fits(spec: TaskSpec, config) -> bool:
-    """The form of the task serves the model: its auto class maps the config, and an encoder-decoder form takes
-    encoder-decoder models only (transformers maps speech LLMs, decoders, among its speech seq2seq models)."""
+    """The form of the task serves the model: its auto class maps the config to a model with the form's `methods`,
+    and an encoder-decoder form takes encoder-decoder models only (transformers maps speech LLMs, decoders, among its
+    speech seq2seq models)."""
+    import transformers
+
     if not _maps(spec.auto_class, config):
+        return False
+    model_class = getattr(transformers, spec.auto_class)._model_mapping[type(config)]
+    if not all(hasattr(model_class, m) for m in spec.methods):
         return False
     if spec.speech_language:
         return speech_lm(config)

@@ -91,6 +91,8 @@ OTHER_CASES = [
     # a dual encoder's features: both towers' embeddings (optimum's feature-extraction class reads one
     # last_hidden_state)
     pytest.param("clip", "feature-extraction", "ORTModelForCustomTasks", "AutoModel", marks=pytest.mark.once("t5")),
+    # one outside the zero-shot mapping (GroupViT), told by its model's text and image embedding methods
+    pytest.param("groupvit", "feature-extraction", "ORTModelForCustomTasks", "AutoModel", marks=pytest.mark.once("t4")),
     # under `slow` (make test-all): drivers of the rows above, other heads and runtime classes
     pytest.param("glpn", "depth-estimation", "ORTModelForCustomTasks", "AutoModelForDepthEstimation", marks=_SLOW),
     pytest.param("wav2vec2", "audio-frame-classification", "ORTModelForAudioFrameClassification",
@@ -109,7 +111,8 @@ def _other_inputs(model, path):
     batch = dict(AutoTokenizer.from_pretrained(path)(TEXTS, return_tensors="pt", padding=True))
     batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
     if "pixel_values" in inspect.signature(model.forward).parameters:
-        batch["pixel_values"] = torch.randn(5, 3, 32, 32, generator=g)
+        side = getattr(getattr(model.config, "vision_config", None), "image_size", 32)
+        batch["pixel_values"] = torch.randn(5, 3, side, side, generator=g)
     return batch
 
 
@@ -120,7 +123,7 @@ def test_other_tasks_load_in_runtime_class_with_parity(model_type, task, runtime
     checkpoint = tmp_path / "checkpoint"
     torch.manual_seed(0)
     getattr(transformers, auto_class).from_config(tiny_config(model_type)).eval().save_pretrained(checkpoint)
-    if model_type in ("llama", "clip"):
+    if model_type in ("llama", "clip", "groupvit"):
         tiny_tokenizer(128).save_pretrained(checkpoint)
     out = tmp_path / "onnx"
     run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task", task, out)
