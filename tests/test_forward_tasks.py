@@ -10,6 +10,7 @@ from optimum.exporters.tasks import TasksManager
 from transformers import AutoTokenizer, ViTImageProcessor
 
 import optimum.onnxruntime as ort
+from optimum_dynamo.capture.samples import main_input
 from optimum_dynamo.manifest import read_manifest
 from tiny import save_tiny_model, tiny_config, tiny_tokenizer
 
@@ -93,6 +94,9 @@ OTHER_CASES = [
     pytest.param("clip", "feature-extraction", "ORTModelForCustomTasks", "AutoModel", marks=pytest.mark.once("t5")),
     # one outside the zero-shot mapping (GroupViT), told by its model's text and image embedding methods
     pytest.param("groupvit", "feature-extraction", "ORTModelForCustomTasks", "AutoModel", marks=pytest.mark.once("t4")),
+    # a vision tower whose class names `input_ids` its main input (inherited), but whose forward takes pixels
+    pytest.param("idefics3_vision", "feature-extraction", "ORTModelForFeatureExtraction", "AutoModel",
+                 marks=pytest.mark.once("t5")),
     # under `slow` (make test-all): drivers of the rows above, other heads and runtime classes
     pytest.param("glpn", "depth-estimation", "ORTModelForCustomTasks", "AutoModelForDepthEstimation", marks=_SLOW),
     pytest.param("wav2vec2", "audio-frame-classification", "ORTModelForAudioFrameClassification",
@@ -103,7 +107,7 @@ OTHER_CASES = [
 
 def _other_inputs(model, path):
     g = torch.Generator().manual_seed(1)
-    main = model.main_input_name
+    main = main_input(model)
     if main == "pixel_values":
         return {"pixel_values": torch.randn(4, 3, 32, 32, generator=g)}
     if main == "input_values":

@@ -119,8 +119,10 @@ def _inputs(task: str, model, config, tokenizer) -> dict:
 
     import torch
 
+    from optimum_dynamo.capture.samples import main_input  # a vision tower may inherit the default `input_ids`
+
     generator = torch.Generator().manual_seed(0)
-    main, takes = model.main_input_name, inspect.signature(model.forward).parameters
+    main, takes = main_input(model), inspect.signature(model.forward).parameters
     # the capture's first size (64 where the config names none): a model that branches on the size is fixed at it
     side = getattr(config, "image_size", None) or getattr(getattr(config, "vision_config", None), "image_size", 64)
     side = side if isinstance(side, int) else side[0]
@@ -177,7 +179,9 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
             with torch.no_grad():  # picks queries in any order, a trained one's does not
                 for weight in model.parameters():
                     weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
-        tokenizer = tiny_tokenizer(_vocab(config)) if model.main_input_name == "input_ids" else None
+        from optimum_dynamo.capture.samples import main_input
+
+        tokenizer = tiny_tokenizer(_vocab(config)) if main_input(model) == "input_ids" else None
         if tokenizer is not None and config.is_encoder_decoder:  # BART-style classifiers pool at the eos token:
             from tokenizers import processors  # texts end with it, as their tokenizers (and the saved one) add it
 

@@ -19,8 +19,8 @@ from legacy_bridge import cache_argument
 from ..errors import PipelineError
 from ..flatten import is_cache
 from ..quiet import without_message
-from .samples import (FORWARD_TEXTS, NEW_TOKENS, PREFIX, encoder_batches, image_size, optional, pad_and_vocab,
-                      text_batches, text_samples, waveform_batches)
+from .samples import (FORWARD_TEXTS, NEW_TOKENS, PREFIX, encoder_batches, image_size, main_input, optional,
+                      pad_and_vocab, text_batches, text_samples, waveform_batches)
 from .stepping import is_state_model, step_generate
 
 
@@ -94,7 +94,7 @@ def drive_state_generation(model, tokenizer=None) -> list[Generation]:
 def drive_forward(model, preprocessor=None) -> None:
     """A task of one forward (feature extraction, classification, detection, ...) on inputs of the model's
     modality, as transformers names its main input: text, images or audio."""
-    main = getattr(model, "main_input_name", "input_ids")
+    main = main_input(model)
     if main == "pixel_values":
         return drive_image_forward(model, preprocessor)
     if main == "input_values":

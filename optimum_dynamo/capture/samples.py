@@ -199,10 +199,22 @@ def _image_batches(model, processor) -> list[dict[str, torch.Tensor]]:
     return batches
 
 
+_MAIN_INPUTS = ("input_ids", "pixel_values", "input_values", "input_features")
+
+
+def main_input(model) -> str:
+    """The input that carries the model's modality: transformers' `main_input_name`, unless its forward does not
+    take it (a vision tower that inherits the default `input_ids`: Idefics3's, Granite Docling's), then the first
+    modality input its forward takes."""
+    main = getattr(model, "main_input_name", "input_ids")
+    params = inspect.signature(model.forward).parameters
+    return main if main in params else next((name for name in params if name in _MAIN_INPUTS), main)
+
+
 def encoder_batches(model, tokenizer=None, processor=None, mask: bool = False) -> list[dict[str, torch.Tensor]]:
     """Two batches of encoder inputs of the model's modality (text rows are left-padded; `mask`: speech features
     with the mask their extractor gives; raw waveforms as `waveform_batches`)."""
-    main = getattr(model, "main_input_name", "input_ids")
+    main = main_input(model)
     if main == "input_features":
         return _speech_batches(model, processor, mask)
     if main == "input_values":

@@ -31,7 +31,7 @@ from .. import flatten, patches, quiet, streaming, supported
 from ..flatten import flat_outputs
 from ..flatten.naming import OUTPUT_PREFIX
 from ..capture import CaptureError, InputObserver, infer_arguments
-from ..capture.samples import zeros_are_default
+from ..capture.samples import main_input, zeros_are_default
 from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError, describe, out_of_memory
 from ..flags import DTYPES
@@ -526,7 +526,7 @@ def preprocessor(model_id: str, kwargs: dict, autos: tuple[str, ...] = ("AutoTok
 def _preprocessors(model) -> tuple[tuple[str, ...], ...]:
     """The auto classes of the preprocessor the capture feeds the model through, by its main input (audio models:
     the feature extractor, although CTC checkpoints also have a tokenizer, for their output)."""
-    if getattr(model, "main_input_name", None) in ("input_values", "input_features"):
+    if main_input(model) in ("input_values", "input_features"):
         return (("AutoFeatureExtractor",),)
     return ()
 
