@@ -84,3 +84,25 @@ def test_remainder_by_a_size(tmp_path):
     expected = module(ids, scores)
     assert got[0].tolist() == expected[0].tolist()
     torch.testing.assert_close(torch.from_numpy(got[1]), expected[1])
+
+
+class PyramidPooling(torch.nn.Module):
+    def forward(self, x):
+        return torch.cat([torch.nn.functional.adaptive_avg_pool2d(x, bins).flatten(2) for bins in (1, 2, 3, 6)], -1)
+
+
+def test_adaptive_average_pooling_at_any_size(tmp_path):
+    """torch's decomposition of adaptive average pooling gathers windows sized at the traced image, which index
+    past others; translated here, a graph traced at 16 x 20 gives PyTorch's bins (1e-5) at sizes that divide by none,
+    some, or all of the bin counts, and below them."""
+    batch, height, width = (torch.export.Dim(n, min=1) for n in ("batch", "height", "width"))
+    program = torch.export.export(PyramidPooling(), (torch.randn(2, 4, 16, 20),),
+                                  dynamic_shapes=({0: batch, 2: height, 3: width},))
+    onnx_program = torch.onnx.export(program, dynamo=True, custom_translation_table=TABLE, optimize=False,
+                                     verbose=False)
+    onnx_program.save(tmp_path / "model.onnx")
+    session = ort.InferenceSession(tmp_path / "model.onnx")
+    for size in ((16, 20), (7, 9), (33, 50), (6, 12), (4, 2)):
+        x = torch.randn(3, 4, *size)
+        got = torch.from_numpy(session.run(None, {"x": x.numpy()})[0])
+        torch.testing.assert_close(got, PyramidPooling()(x), atol=1e-5, rtol=1e-5)

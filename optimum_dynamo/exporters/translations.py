@@ -50,4 +50,32 @@ def remainder_scalar(self, other):
     return op.Sub(self, op.Mul(op.Floor(op.Div(self, other)), other))
 
 
-__all__ = ["TABLE", "remainder_scalar", "searchsorted", "translates"]
+@translates(torch.ops.aten._adaptive_avg_pool2d.default, torch.ops.aten.adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(self, output_size):
+    """The mean of each of `output_size` bins of the last two axes, bin `i` of `n` over a length `L` spanning
+    `floor(i L / n)` to `ceil((i + 1) L / n)`, for a length known only at run time: torch's decomposition gathers
+    windows whose widths it computes at the traced size, which index past the input at others (UperNet's pyramid
+    pooling). Each axis in turn: differences of a cumulative sum at the bins' ends, over their widths."""
+    pooled = self
+    for axis, bins in zip((-2, -1), output_size):
+        pooled = _bin_means(pooled, axis, bins)
+    return pooled
+
+
+def _bin_means(x, axis: int, bins: int):
+    if bins == 1:  # a global pool (ResNet's head)
+        return op.ReduceMean(x, [axis], keepdims=1)
+    length = op.Shape(x, start=axis, end=axis + 1 if axis < -1 else None)
+    index = op.Range(op.Constant(value_int=0), op.Constant(value_int=bins), op.Constant(value_int=1))
+    index = op.Unsqueeze(index, [0])  # (1, bins): broadcast against the length (1,)
+    starts = op.Div(op.Mul(index, length), bins)
+    ends = op.Div(op.Add(op.Mul(op.Add(index, 1), length), bins - 1), bins)
+    starts, ends = op.Reshape(starts, [-1]), op.Reshape(ends, [-1])
+    zero = op.Mul(op.Slice(x, [0], [1], [axis]), op.CastLike(0, x))
+    totals = op.Concat(zero, op.CumSum(x, op.Constant(value_int=axis)), axis=axis)
+    sums = op.Sub(op.Gather(totals, ends, axis=axis), op.Gather(totals, starts, axis=axis))
+    widths = op.CastLike(op.Sub(ends, starts), x)
+    return op.Div(sums, op.Unsqueeze(widths, [1]) if axis == -2 else widths)
+
+
+__all__ = ["TABLE", "adaptive_avg_pool2d", "remainder_scalar", "searchsorted", "translates"]
