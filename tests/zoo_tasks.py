@@ -175,9 +175,12 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
             # 5's config class leaves it out
         torch.manual_seed(0)
         model = getattr(transformers, auto).from_config(config).eval()
-        if task in IMAGE:  # off the initial values (zero heads, prior biases): a detector's top-k of tied scores
-            with torch.no_grad():  # picks queries in any order, a trained one's does not
-                for weight in model.parameters():
+        # off the initial values (zero heads, prior biases): a detector's top-k of tied scores picks queries in any
+        # order, a trained one's does not; elsewhere the matrices initialized to zeros (AFMoE's router: every expert
+        # ties, and onnxruntime's top-k breaks ties otherwise than PyTorch's)
+        with torch.no_grad():
+            for weight in model.parameters():
+                if task in IMAGE or (weight.dim() > 1 and not weight.any()):
                     weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
         from optimum_dynamo.capture.samples import main_input
 
