@@ -279,6 +279,33 @@ def test_token_types_the_model_computes_itself(files, tmp_path):
             assert (got[name] - expected[name])[mask.bool()].abs().max().item() < ATOL
 
 
+@pytest.mark.once("t5")
+def test_a_batch_read_with_len_stays_an_axis(tmp_path):
+    """RT-DETR reads its batch size with Python's `len()`, which non-strict tracing makes a number (the batch fixed);
+    the export traces it again in strict mode, where it stays a size. With --no-fallback, the detector's graph runs
+    a batch of 4 (the capture ran 2 and 3) as PyTorch does."""
+    import zoo
+    import zoo_tasks
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForObjectDetection.from_config(
+        zoo.tiny_config("rt_detr", zoo_tasks.TINY_IMAGE, stages=True)).eval()
+    with torch.no_grad():  # off the initial values: the top-k of tied query scores is in no particular order
+        for weight in model.parameters():
+            weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
+    model.save_pretrained(checkpoint)
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
+                      "object-detection", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    pixels = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = model(pixel_values=pixels)
+    got = ort.ORTModelForCustomTasks.from_pretrained(out)(pixel_values=pixels)
+    for name in ("logits", "pred_boxes"):
+        assert (torch.as_tensor(got[name]) - expected[name]).abs().max().item() < ATOL, name
+
+
 @pytest.mark.skipif(ON_5, reason="CI's time: transformers 4.57's CPM-Ant is the measured case")
 def test_an_axis_the_model_fixes_is_named(tmp_path):
     """CPM-Ant's forward turns the sequence length into a Python number (it fixes the axis torch.export was told

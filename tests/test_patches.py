@@ -776,7 +776,7 @@ def test_packed_audio_windows_export_and_match_the_original():
 
 
 @pytest.mark.skipif(transformers_version < "5.15", reason="transformers 4 writes the scan inside each mixer's forward")
-@pytest.mark.parametrize("model_type", ["mamba", "zamba"])
+@pytest.mark.parametrize("model_type", ["mamba", pytest.param("zamba", marks=pytest.mark.slow)])
 def test_selective_scan_keeps_the_length_an_axis(model_type, tmp_path):
     """The Mamba-1 selective scan loops over the length in Python: torch.export unrolls it at the traced length.
     Patched (`torch.scan`), the model equals the original on a padded batch, and its ONNX graph, traced on two rows of

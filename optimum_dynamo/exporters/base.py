@@ -295,7 +295,24 @@ class Exporter:
                     part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
                                                        dynamic_shapes=args.dynamic_shapes, strict=part.strict)
                 except torch._dynamo.exc.UserError as e:
-                    raise _fixed_axes(e, args.axis_names) or e
+                    fixed = _fixed_axes(e, args.axis_names)
+                    if fixed is None or part.strict:
+                        raise fixed or e
+                    part.program = _strict_export(part, fixed)
+
+
+def _strict_export(part: Component, fixed: PipelineError) -> torch.export.ExportedProgram:
+    """Non-strict tracing made an axis a Python number (`len(tensor)`: RT-DETR's batch); torch.export's strict mode
+    (Dynamo) traces such reads as sizes. Its failure is reported as the fixed axes."""
+    logger.info("    %s: traced again in torch.export's strict mode (%s)", type(part.module).__name__, fixed)
+    args = part.arguments
+    try:
+        program = torch.export.export(part.module, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes,
+                                      strict=True)
+    except Exception:
+        raise fixed from None
+    part.strict = True
+    return program
 
 
 @torch.no_grad()
