@@ -125,8 +125,11 @@ def _fits(spec: TaskSpec, config) -> bool:
     if not _maps(spec.auto_class, config):
         return False
     if spec.methods:  # resolved only then: a model class's import may need packages the task does not
-        model_class = getattr(transformers, spec.auto_class)._model_mapping[type(config)]
-        if not all(hasattr(model_class, m) for m in spec.methods):
+        try:
+            model_class = getattr(transformers, spec.auto_class)._model_mapping[type(config)]
+            if not all(hasattr(model_class, m) for m in spec.methods):
+                return False
+        except ImportError:  # the class needs a package that is not installed: loading it will say so
             return False
     if spec.speech_language:
         return speech_lm(config)
