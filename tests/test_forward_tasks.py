@@ -291,9 +291,7 @@ def test_a_batch_read_with_len_stays_an_axis(tmp_path):
     torch.manual_seed(0)
     model = transformers.AutoModelForObjectDetection.from_config(
         zoo.tiny_config("rt_detr", zoo_tasks.TINY_IMAGE, stages=True)).eval()
-    with torch.no_grad():  # off the initial values: the top-k of tied query scores is in no particular order
-        for weight in model.parameters():
-            weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
+    zoo_tasks.off_initial_values(model, every_weight=True)  # the top-k of tied query scores: in no particular order
     model.save_pretrained(checkpoint)
     run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
                       "object-detection", out)

@@ -150,6 +150,18 @@ def _tensors(outputs) -> dict:
     return {k: v for k, v in dict(outputs).items() if isinstance(v, torch.Tensor)}
 
 
+def off_initial_values(model, every_weight: bool) -> None:
+    """Seeded noise on the weights (`every_weight`: image models, whose zero heads and prior biases tie a detector's
+    query scores, whose top-k then picks them in any order, a trained one's does not), else on the matrices initialized
+    to zeros (AFMoE's router: every expert ties, and onnxruntime's top-k breaks ties otherwise than PyTorch's)."""
+    import torch
+
+    with torch.no_grad():
+        for weight in model.parameters():
+            if every_weight or (weight.dim() > 1 and not weight.any()):
+                weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
+
+
 def step_build(task: str, model_type: str, directory: Path) -> dict:
     """Child: the tiny checkpoint (with a tokenizer for text models) and PyTorch's outputs as the reference."""
     import torch
@@ -175,13 +187,7 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
             # 5's config class leaves it out
         torch.manual_seed(0)
         model = getattr(transformers, auto).from_config(config).eval()
-        # off the initial values (zero heads, prior biases): a detector's top-k of tied scores picks queries in any
-        # order, a trained one's does not; elsewhere the matrices initialized to zeros (AFMoE's router: every expert
-        # ties, and onnxruntime's top-k breaks ties otherwise than PyTorch's)
-        with torch.no_grad():
-            for weight in model.parameters():
-                if task in IMAGE or (weight.dim() > 1 and not weight.any()):
-                    weight.add_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(weight.numel())) * 0.2)
+        off_initial_values(model, every_weight=task in IMAGE)
         from optimum_dynamo.capture.samples import main_input
 
         tokenizer = tiny_tokenizer(_vocab(config)) if main_input(model) == "input_ids" else None
