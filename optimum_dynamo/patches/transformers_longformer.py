@@ -13,7 +13,11 @@ one already (the original's `if padding_len > 0` fixes whether the graph pads), 
 off by a gather of the first positions: a slice of a symbolic part of the length makes torch.export guard on whether
 it is contiguous, whether the padding is 0. `_chunk` always overlaps the chunks by `unfold` (5.x's `onnx_export`
 branch; 4.57's loops over a chunk count): the same values as the default `as_strided` view, whose chunk count is a
-tensor value. (transformers 4.57 to 5.24 at least; 4.x passes a `head_mask`, which 5 dropped.)"""
+tensor value. (transformers 4.57 to 5.24 at least; 4.x passes a `head_mask`, which 5 dropped.)
+
+LED's encoder is Longformer's, written out in one `LEDEncoder.forward` that pads, branches and unpads itself: it is
+run with the same local-only flag and `unfold` chunks, its padding applied by a symbolic length while it is told 0
+(so its own `if padding_len > 0` is a Python `False`), and its outputs cut back to the input's length by a gather."""
 
 from __future__ import annotations
 
@@ -92,23 +96,30 @@ def longformer_pad_to_window_size(self, input_ids, attention_mask, token_type_id
     batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
     padding_len = (window - seq_len % window) % window
 
-    def pad(tensor, value):
-        return None if tensor is None else torch.nn.functional.pad(tensor, (0, padding_len), value=value)
-
     if inputs_embeds is not None:
         ids = inputs_embeds.new_full((batch_size, padding_len), self.config.pad_token_id, dtype=torch.long)
         inputs_embeds = torch.cat([inputs_embeds, self.embeddings(ids)], dim=-2)
-    return (padding_len, pad(input_ids, pad_token_id), pad(attention_mask, 0), pad(token_type_ids, 0),
-            pad(position_ids, pad_token_id), inputs_embeds)
+    return (padding_len, _pad(input_ids, padding_len, pad_token_id), _pad(attention_mask, padding_len, 0),
+            _pad(token_type_ids, padding_len, 0), _pad(position_ids, padding_len, pad_token_id), inputs_embeds)
+
+
+def _pad(tensor, length, value):
+    return None if tensor is None else torch.nn.functional.pad(tensor, (0, length), value=value)
+
+
+def _first(out, length: int):
+    """An encoder output (last_hidden_state, hidden_states, attentions, global_attentions) at the first `length`
+    positions, by a gather."""
+    keep = torch.arange(length, device=out.last_hidden_state.device)
+    cut = lambda states, dim: states and tuple(state.index_select(dim, keep) for state in states)  # noqa: E731
+    return type(out)(last_hidden_state=out.last_hidden_state.index_select(1, keep),
+                     hidden_states=cut(out.hidden_states, 1), attentions=cut(out.attentions, 2),
+                     global_attentions=out.global_attentions)
 
 
 def _encoder(self, hidden_states, padding_len, return_dict, **kwargs):
     out = original(_ENCODER)(self, hidden_states, padding_len=0, return_dict=True, **kwargs)
-    keep = torch.arange(hidden_states.shape[1] - padding_len, device=hidden_states.device)
-    cut = lambda states, dim: states and tuple(state.index_select(dim, keep) for state in states)  # noqa: E731
-    out = type(out)(last_hidden_state=out.last_hidden_state.index_select(1, keep),
-                    hidden_states=cut(out.hidden_states, 1), attentions=cut(out.attentions, 2),
-                    global_attentions=out.global_attentions)
+    out = _first(out, hidden_states.shape[1] - padding_len)
     return out if return_dict else out.to_tuple()
 
 
@@ -124,3 +135,69 @@ def longformer_encoder(self, hidden_states, attention_mask=None, padding_len=0, 
                        output_hidden_states=False, return_dict=True):
     return _encoder(self, hidden_states, padding_len, return_dict, attention_mask=attention_mask,
                     output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+
+
+_LED = "transformers.models.led.modeling_led"
+_LED_ENCODER = f"{_LED}.LEDEncoder.forward"
+_LED_ATTENTION = f"{_LED}.LEDEncoderSelfAttention.forward"
+_LED_PAD = f"{_LED}.LEDEncoder._pad_to_window_size"
+register_patch(f"{_LED}.LEDEncoderSelfAttention._chunk", versions={"transformers": ">=4.57"},
+               reason=_REASON)(longformer_chunk)
+
+
+def _led_encoder(self, input_ids, attention_mask, global_attention_mask, inputs_embeds, return_dict, **kwargs):
+    length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+    local = global_attention_mask is None
+    if local and attention_mask is not None:
+        attention_mask = attention_mask.clamp(max=1)
+    saved, _local_only[0] = _local_only[0], local
+    try:
+        out = original(_LED_ENCODER)(self, input_ids=input_ids, attention_mask=attention_mask,
+                                     global_attention_mask=global_attention_mask, inputs_embeds=inputs_embeds,
+                                     return_dict=True, **kwargs)
+    finally:
+        _local_only[0] = saved
+    out = _first(out, length)
+    return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()
+
+
+@register_patch(_LED_ENCODER, versions=_V4, reason=_REASON)
+def led_encoder_v4(self, input_ids=None, attention_mask=None, global_attention_mask=None, head_mask=None,
+                   inputs_embeds=None, output_attentions=None, output_hidden_states=None, return_dict=None):
+    return _led_encoder(self, input_ids, attention_mask, global_attention_mask, inputs_embeds, return_dict,
+                        head_mask=head_mask, output_attentions=output_attentions,
+                        output_hidden_states=output_hidden_states)
+
+
+@register_patch(_LED_ENCODER, versions=_V5, reason=_REASON)
+def led_encoder(self, input_ids=None, attention_mask=None, global_attention_mask=None, inputs_embeds=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+    return _led_encoder(self, input_ids, attention_mask, global_attention_mask, inputs_embeds, return_dict,
+                        output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs)
+
+
+@register_patch(_LED_ATTENTION, versions=_V4, reason=_REASON)
+def led_self_attention_v4(self, hidden_states, attention_mask=None, layer_head_mask=None, is_index_masked=None,
+                          is_index_global_attn=None, is_global_attn=None, output_attentions=False):
+    return original(_LED_ATTENTION)(self, hidden_states, attention_mask, layer_head_mask, is_index_masked,
+                                    is_index_global_attn, False if _local_only[0] else is_global_attn,
+                                    output_attentions)
+
+
+@register_patch(_LED_ATTENTION, versions=_V5, reason=_REASON)
+def led_self_attention(self, hidden_states, attention_mask=None, is_index_masked=None, is_index_global_attn=None,
+                       is_global_attn=None, output_attentions=False):
+    return original(_LED_ATTENTION)(self, hidden_states, attention_mask, is_index_masked, is_index_global_attn,
+                                    False if _local_only[0] else is_global_attn, output_attentions)
+
+
+@register_patch(_LED_PAD, versions={"transformers": ">=4.57"}, reason="pad by a symbolic length, told 0")
+def led_pad_to_window_size(self, input_ids, attention_mask, inputs_embeds, pad_token_id):
+    window = self.config.attention_window
+    window = window if isinstance(window, int) else max(window)
+    batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    padding_len = (window - seq_len % window) % window
+    if inputs_embeds is not None:
+        ids = inputs_embeds.new_full((batch_size, padding_len), self.config.pad_token_id, dtype=torch.long)
+        inputs_embeds = torch.cat([inputs_embeds, self.embed_tokens(ids)], dim=-2)
+    return 0, _pad(input_ids, padding_len, pad_token_id), _pad(attention_mask, padding_len, 0), inputs_embeds
