@@ -348,10 +348,10 @@ def test_idefics2_tower_patches_keep_its_output():
     from transformers import Idefics2Config
     from transformers.models.idefics2 import modeling_idefics2
 
-    from optimum_dynamo.patches import transformers_vision_mask, transformers_vision_positions
+    from optimum_dynamo.patches import transformers_kept_masks, transformers_vision_positions
 
     chosen = [p for p in patches.active_patches() if ".idefics2." in p.target and p.replacement.__module__ in
-              (transformers_vision_mask.__name__, transformers_vision_positions.__name__)]
+              (transformers_kept_masks.__name__, transformers_vision_positions.__name__)]
     if not chosen:
         pytest.skip("transformers 5's Idefics2 tower has neither the loop over images nor the branch on the mask")
     torch.manual_seed(0)

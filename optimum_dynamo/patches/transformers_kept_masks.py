@@ -1,8 +1,14 @@
-"""The patch mask of Idefics2's vision tower on transformers 4.
+"""Masks kept when nothing is masked.
 
-4.57 drops the mask when every patch is set (`if not torch.any(~mask)`): a branch on the data, which
-torch.export cannot trace. The replacement always passes the mask (additive, 0 where a patch is set), as
-4.57 does when some patch is not: the same attention, and one graph for whole and padded images."""
+Some models drop a mask when it masks nothing, a branch on the data, which torch.export cannot trace. The
+replacements always keep the mask: masking nothing, it changes no value, and one graph serves whole and padded
+inputs.
+- Idefics2's vision tower on transformers 4.57 drops its patch mask when every patch is set (`if not
+  torch.any(~mask)`): the mask is always passed (additive, 0 where a patch is set), as 4.57 does when some patch
+  is not.
+- FSMT's `make_padding_mask` returns None for a decoder input without padding (`if not padding_mask.any()`): the
+  mask is always returned (its attention fills nothing where it is all False).
+"""
 
 import torch
 
@@ -28,3 +34,9 @@ def idefics2_patch_mask(self, pixel_values, patch_attention_mask=None, **kwargs)
         mask = mask.expand(batch, 1, length, length)
     outputs = self.encoder(inputs_embeds=hidden_states, attention_mask=mask, **kwargs)
     return BaseModelOutput(last_hidden_state=self.post_layernorm(outputs.last_hidden_state))
+
+
+@register_patch("transformers.models.fsmt.modeling_fsmt.make_padding_mask", versions={"transformers": ">=4.57"},
+                reason="a padding mask dropped when nothing is padded -> always kept")
+def fsmt_padding_mask(input_ids, padding_idx=1):
+    return input_ids.eq(padding_idx)
