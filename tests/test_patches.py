@@ -775,19 +775,26 @@ def test_packed_audio_windows_export_and_match_the_original():
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
 
 
-@pytest.mark.skipif(transformers_version < "5.15", reason="transformers 4 writes the scan inside each mixer's forward")
-@pytest.mark.parametrize("model_type", ["mamba", pytest.param("zamba", marks=pytest.mark.slow)])
-def test_selective_scan_keeps_the_length_an_axis(model_type, tmp_path):
-    """The Mamba-1 selective scan loops over the length in Python: torch.export unrolls it at the traced length.
-    Patched (`torch.scan`), the model equals the original on a padded batch, and its ONNX graph, traced on two rows of
-    7 tokens, runs three rows of 11 in onnxruntime as PyTorch does (1e-4)."""
+_SCAN_IN_MIXERS = pytest.mark.skipif(transformers_version < "5.15",
+                                     reason="transformers 4 writes the scan inside each mixer's forward")
+
+
+@pytest.mark.parametrize("model_type,function", [
+    pytest.param("mamba", "mamba_selective_scan", marks=_SCAN_IN_MIXERS),
+    pytest.param("zamba", "mamba_selective_scan", marks=[_SCAN_IN_MIXERS, pytest.mark.slow]),
+    pytest.param("rwkv", "rwkv_linear_attention_cpu", marks=pytest.mark.once("t4")),
+])
+def test_selective_scan_keeps_the_length_an_axis(model_type, function, tmp_path):
+    """The Mamba-1 selective scan and RWKV's WKV recurrence loop over the length in Python: torch.export unrolls
+    them at the traced length. Patched (`torch.scan`), the model equals the original on a padded batch, and its ONNX
+    graph, traced on two rows of 7 tokens, runs three rows of 11 in onnxruntime as PyTorch does (1e-4)."""
     import onnxruntime as ort
     import zoo
     from transformers import AutoModel
 
     torch.manual_seed(0)
     model = AutoModel.from_config(zoo.tiny_config(model_type)).eval()
-    chosen = [p for p in patches.active_patches() if p.target.startswith(type(model).__module__ + ".mamba_selective")]
+    chosen = [p for p in patches.active_patches() if p.target == f"{type(model).__module__}.{function}"]
     assert len(chosen) == 1
 
     def batch(rows, length):
