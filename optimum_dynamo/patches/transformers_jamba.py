@@ -5,8 +5,6 @@
 - its `_update_mamba_mask` is patched with the other hybrids' (transformers_recurrent_mask.py), its
   `_update_causal_mask` with Zamba2's (transformers_masks.py)."""
 
-import torch
-
 from .registry import register_patch
 from .transformers_moe import dense_experts
 
