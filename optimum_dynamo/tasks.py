@@ -166,7 +166,9 @@ class Task:
     def model_inputs(self, model) -> list[str]:
         """The forward's parameters the exported graph takes, in forward order: what the runtime class
         feeds; for state models (one token per call) also their cache kwarg (`cache_params` for Mamba)
-        and `cache_position` when the forward takes it (transformers 4)."""
+        and `cache_position` when the forward takes it (transformers 4). A text model whose forward takes its
+        `attention_mask` only through `**kwargs` (OmniASR's, for its language model) takes it there."""
+        from .capture.samples import mask_through_kwargs
         from .capture.stepping import cache_kwarg, is_state_model
 
         forward = inspect.signature(model.forward).parameters
@@ -175,7 +177,14 @@ class Task:
             wanted.add(cache_kwarg(model))
         if self.with_past and is_state_model(model):
             wanted |= {cache_kwarg(model), "cache_position"}
-        return [name for name in forward if name in wanted]
+        through_kwargs = "attention_mask" in wanted and mask_through_kwargs(forward)
+        names = []
+        for name, param in forward.items():
+            if name in wanted:
+                names.append(name)
+            elif param.kind is inspect.Parameter.VAR_KEYWORD and through_kwargs:
+                names.append("attention_mask")
+        return names
 
 
 def _tasks_manager():

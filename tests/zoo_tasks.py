@@ -119,7 +119,8 @@ def _inputs(task: str, model, config, tokenizer) -> dict:
 
     import torch
 
-    from optimum_dynamo.capture.samples import main_input  # a vision tower may inherit the default `input_ids`
+    from optimum_dynamo.capture.samples import main_input, mask_through_kwargs  # main: a vision tower may inherit
+    # the default `input_ids`
 
     generator = torch.Generator().manual_seed(0)
     main, takes = main_input(model), inspect.signature(model.forward).parameters
@@ -136,7 +137,10 @@ def _inputs(task: str, model, config, tokenizer) -> dict:
     if "pixel_values" in takes:  # dual encoders' text towers pool at the first eos: texts end with it, padded on
         texts = [f"{t} {tokenizer.eos_token}" for t in texts]  # the right, as CLIP-style tokenizers (and the saved
         tokenizer.padding_side = "right"  # checkpoint's) do
-    batch = {k: v for k, v in tokenizer(texts, return_tensors="pt", padding=True).items() if k in takes}
+    # what the model takes, and the mask as pipelines give it to a forward that takes it through **kwargs (OmniASR)
+    through_kwargs = {"attention_mask"} if mask_through_kwargs(takes) else set()
+    batch = {k: v for k, v in tokenizer(texts, return_tensors="pt", padding=True).items()
+             if k in takes or k in through_kwargs}
     if task == "multiple-choice":
         batch = {k: v.reshape(2, 2, -1) for k, v in batch.items()}
     if "pixel_values" in takes:  # dual encoders: 2 texts x 3 images

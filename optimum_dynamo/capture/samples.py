@@ -74,6 +74,12 @@ def forward_params(model) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
+def mask_through_kwargs(forward: dict[str, inspect.Parameter]) -> bool:
+    """A forward (its signature's parameters) that takes `attention_mask` only through `**kwargs` (OmniASR's, for
+    its language model; pipelines give it the tokenizer's all the same)."""
+    return "attention_mask" not in forward and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward.values())
+
+
 def vocab_size(config) -> int:
     """The size of the text vocabulary: the text config's (multimodal models, dual encoders like CLIP, T5Gemma 2's
     encoder), FSMT's source vocabulary, or code points below 256 for a character model (CANINE: none named)."""
@@ -91,11 +97,14 @@ def text_batches(model, tokenizer, texts: list[list[str]]) -> list[dict[str, tor
     if tokenizer is not None:
         batches = [dict(tokenizer(t, return_tensors="pt", padding=True)) for t in texts]
         if all(b["input_ids"].numel() and int(b["input_ids"].max()) < vocab for b in batches):
+            params |= _read_through_kwargs(model, batches[0])
             return [{k: v for k, v in b.items() if k in params} for b in batches]
     batches = []
     for seed, (batch, length) in enumerate([(2, 6), (3, 11)]):
         sample = random_sample(batch, length, vocab, optional(text, "pad_token_id", 0), seed)
         batches.append({"input_ids": sample.input_ids, "attention_mask": sample.attention_mask})
+    if "attention_mask" not in params and not _read_through_kwargs(model, batches[0]):
+        batches = [{"input_ids": b["input_ids"]} for b in batches]
     # token types of zeros, unless the model computes other ones when given none (then the graph does too)
     if "token_type_ids" in params and zeros_are_default(model, dict(batches[0]), "token_type_ids"):
         for inputs in batches:
@@ -109,13 +118,30 @@ def zeros_are_default(model, inputs: dict[str, torch.Tensor], name: str) -> bool
     when a user gives none). Not so for BigBird's question answering: its token types come from the question's
     length. Called as `model.forward`, unseen by the capture's observers."""
     without = {k: v for k, v in inputs.items() if k != name}
-    zeros = dict(without, **{name: torch.zeros_like(inputs["input_ids"])})
     try:
-        a, b = model.forward(**without), model.forward(**zeros)
+        return _same(model, without, dict(without, **{name: torch.zeros_like(inputs["input_ids"])}))
     except Exception:  # a model that cannot run without them: the runtime always gives them
         return True
-    pairs = [(x, y) for x, y in zip(a.values(), b.values()) if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    return all(torch.allclose(x, y, atol=1e-5, rtol=1e-4) for x, y in pairs)
+
+
+def _read_through_kwargs(model, batch: dict[str, torch.Tensor]) -> set[str]:
+    """{"attention_mask"} if the forward takes it only through `**kwargs` (OmniASR's, for its language model) and
+    computes otherwise without it on `batch` (padded); else nothing (FNet mixes tokens without one)."""
+    if "attention_mask" not in batch or not mask_through_kwargs(inspect.signature(model.forward).parameters):
+        return set()
+    without = {k: v for k, v in batch.items() if k != "attention_mask"}
+    try:
+        return set() if _same(model, without, batch) else {"attention_mask"}
+    except Exception:  # it cannot run without it
+        return {"attention_mask"}
+
+
+@torch.no_grad()
+def _same(model, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """The model's floating outputs on `a` and `b` agree (as `model.forward`: unseen by the capture's observers)."""
+    x, y = model.forward(**a), model.forward(**b)
+    pairs = [(u, v) for u, v in zip(x.values(), y.values()) if isinstance(u, torch.Tensor) and u.is_floating_point()]
+    return all(torch.allclose(u, v, atol=1e-5, rtol=1e-4) for u, v in pairs)
 
 
 def image_size(config) -> int:

@@ -72,6 +72,7 @@ class ExportContext:
     observer: InputObserver | None = None  # the capture's observer of the whole model
     generations: list = field(default_factory=list)  # the capture's greedy generations (`validate.generate`)
     components: list[Component] = field(default_factory=list)
+    calls_cache: tuple[bool, bool] | None = None  # `generation_cache`'s (enabled, plain_calls) of the capture
     staging: Path | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -220,6 +221,7 @@ class Exporter:
                 logger.warning(warning)
         fed = None if ctx.task.base == "text-generation" else ctx.task.model_inputs(ctx.model)  # generate: its own
         plain = ctx.task.base != "text-generation"  # a task of plain calls: no cache from them either
+        ctx.calls_cache = (cached, plain)  # traced the same way: a forward reading use_cache from its config
         with forward_adapter(ctx.model, ctx.options.model_kwargs, inputs=fed) as dropped, \
                 generation_cache(ctx.model, cached, plain_calls=plain), InputObserver(ctx.model, "model") as obs:
             try:
@@ -273,6 +275,10 @@ class Exporter:
     # ── Stage: torch.export ──
     @stage("torch.export")
     def export_program(self, ctx: ExportContext) -> None:
+        with generation_cache(ctx.model, *ctx.calls_cache) if ctx.calls_cache else contextlib.nullcontext():
+            self._export_parts(ctx)
+
+    def _export_parts(self, ctx: ExportContext) -> None:
         for part in ctx.components:
             self.export_part(ctx, part)
             axes = size_guards.image_axes(part.arguments) if part.image_size_chosen else {}
@@ -290,10 +296,9 @@ class Exporter:
         with patches.applied(options=_patch_options(ctx.options)), torch.no_grad(), seen_tokens_hook(part.module), \
                 streaming.hooks_off(ctx.model):
             with torch.fx.experimental._config.patch(backed_size_oblivious=part.size_oblivious), \
-                    quiet.printed_graphs():
+                    quiet.printed_graphs(), _named_forward(part.module, list(args.kwargs)):
                 try:
-                    part.program = torch.export.export(part.module, (), kwargs=args.kwargs,
-                                                       dynamic_shapes=args.dynamic_shapes, strict=part.strict)
+                    part.program = _trace(part, part.strict)
                 except torch._dynamo.exc.UserError as e:
                     fixed = _fixed_axes(e, args.axis_names)
                     if fixed is None or part.strict:
@@ -301,14 +306,43 @@ class Exporter:
                     part.program = _strict_export(part, fixed)
 
 
+@contextlib.contextmanager
+def _named_forward(module, names: list[str]):
+    """`module.forward` taking each of `names` by name while it is traced, where it takes some only through
+    `**kwargs` (OmniASR's attention mask): torch 2.15's guards on such an input read it from a `kwargs` their
+    function does not have (NameError: name 'L' is not defined)."""
+    params = inspect.signature(module.forward).parameters
+    if all(n in params for n in names) or not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        yield
+        return
+    saved, original = vars(module).get("forward"), module.forward
+
+    def forward(**kwargs):
+        return original(**kwargs)
+
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None) for n in names])
+    module.forward = forward
+    try:
+        yield
+    finally:
+        if saved is None:
+            del module.forward
+        else:
+            module.forward = saved
+
+
+def _trace(part: Component, strict: bool) -> torch.export.ExportedProgram:
+    args = part.arguments
+    return torch.export.export(part.module, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes, strict=strict)
+
+
 def _strict_export(part: Component, fixed: PipelineError) -> torch.export.ExportedProgram:
     """Non-strict tracing made an axis a Python number (`len(tensor)`: RT-DETR's batch); torch.export's strict mode
     (Dynamo) traces such reads as sizes. Its failure is reported as the fixed axes."""
     logger.info("    %s: traced again in torch.export's strict mode (%s)", type(part.module).__name__, fixed)
-    args = part.arguments
     try:
-        program = torch.export.export(part.module, (), kwargs=args.kwargs, dynamic_shapes=args.dynamic_shapes,
-                                      strict=True)
+        program = _trace(part, strict=True)
     except Exception:
         raise fixed from None
     part.strict = True
