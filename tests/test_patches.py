@@ -189,6 +189,29 @@ def test_rwkv_single_token_steps_keep_each_row():
             steps.append(out.logits)
     got = torch.cat(steps, dim=1)
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
+def test_pixtral_whole_images_keep_the_batch_an_axis():
+    """Pixtral's vision tower without `image_sizes` crops and packs image by image, a loop over the batch that
+    torch.export unrolls. Patched, a batch of 3 gives the original's packed sequence exactly, and the program traced on
+    it runs a batch of 5 as the original does."""
+    import zoo
+    from transformers import AutoModel
+
+    chosen = [p for p in patches.active_patches() if p.target.endswith(".PixtralVisionModel.forward")]
+    assert len(chosen) == 1
+    torch.manual_seed(0)
+    model = AutoModel.from_config(zoo.tiny_config("pixtral", zoo.TINY_VISION)).eval()
+    three, five = torch.randn(3, 3, 32, 32), torch.randn(5, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(three).last_hidden_state
+        with patches.applied(chosen):
+            assert torch.equal(model(three).last_hidden_state, expected)
+            program = torch.export.export(model, (), {"pixel_values": three}, strict=False,
+                                          dynamic_shapes={"pixel_values": {0: torch.export.Dim.DYNAMIC}})
+        got = program.module()(pixel_values=five).last_hidden_state
+        assert got.shape == (1, 5 * 16, model.config.hidden_size)
+        assert (got - model(five).last_hidden_state).abs().max().item() < 1e-5
+
+
 def test_pixtral_block_mask_patch_keeps_the_image_features():
     """Pixtral's block mask from image indices: the mask of several images and the tiny Mistral 3's image
     features (two images of different sizes, padded to one batch) equal the unpatched ones."""
