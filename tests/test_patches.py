@@ -189,6 +189,39 @@ def test_rwkv_single_token_steps_keep_each_row():
             steps.append(out.logits)
     got = torch.cat(steps, dim=1)
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
+def test_led_encoder_keeps_the_length_an_axis():
+    """LED's encoder (Longformer's attention) branches on whether any token is global and pads to its window only
+    when the length needs it. Patched, it equals the original on a padded batch, and the program traced on 2 rows of
+    7 tokens (padded to 8) runs 3 rows of 11 (padded to 12) as the original does."""
+    import zoo
+    from transformers import AutoModel
+
+    chosen = [p for p in patches.active_patches()
+              if p.target.startswith("transformers.models.led.modeling_led.LEDEncoder")]
+    assert len(chosen) == 4
+    config = zoo.tiny_config("led", zoo.TINY_VISION)
+    config.attention_window = 4
+    torch.manual_seed(0)
+    encoder = AutoModel.from_config(config).eval().get_encoder()
+
+    def batch(rows, length):
+        mask = torch.ones(rows, length, dtype=torch.long)
+        mask[0, length - 3:] = 0  # right padding, as BART-style tokenizers give
+        return {"input_ids": torch.randint(3, 64, (rows, length)), "attention_mask": mask}
+
+    inputs = batch(3, 11)
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        expected = encoder(**inputs).last_hidden_state
+        with patches.applied(chosen):
+            assert (encoder(**inputs).last_hidden_state - expected)[real].abs().max().item() < 1e-5
+            dynamic = {"input_ids": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}}
+            dynamic["attention_mask"] = dynamic["input_ids"]
+            program = torch.export.export(encoder, (), batch(2, 7), dynamic_shapes=dynamic, strict=False)
+        got = program.module()(**inputs).last_hidden_state
+    assert got.shape == expected.shape and (got - expected)[real].abs().max().item() < 1e-5
+
+
 def test_pixtral_whole_images_keep_the_batch_an_axis():
     """Pixtral's vision tower without `image_sizes` crops and packs image by image, a loop over the batch that
     torch.export unrolls. Patched, a batch of 3 gives the original's packed sequence exactly, and the program traced on
