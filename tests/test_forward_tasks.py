@@ -353,6 +353,24 @@ def test_text_models_of_a_kind_match_pytorch(model_type, task, auto_class, runti
         assert diff < ATOL, f"{name} differs by {diff:.3e}"
 
 
+@pytest.mark.once("t4")
+def test_a_forward_that_draws_random_numbers_is_refused_saying_so(tmp_path):
+    """ViT-MAE's base model masks patches by random noise drawn in its forward: no two runs agree, so validation
+    cannot but refuse the graph; the one line says why, and nothing is written."""
+    import zoo
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "onnx"
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(zoo.tiny_config("vit_mae", zoo.TINY_VISION)).save_pretrained(checkpoint)
+    run = optimum_cli("export", "onnx", "--dynamo", "--no-fallback", "--model", checkpoint, "--task",
+                      "feature-extraction", out)
+    assert run.returncode != 0 and not out.exists()
+    line = run.stderr.splitlines()[-1]
+    assert line.startswith("optimum-cli export onnx --dynamo: error: dynamo export failed (GrossMismatch: output ")
+    assert line.endswith("the forward draws random numbers (rand): no two runs agree, PyTorch's own included; an "
+                         "explicit --atol above the difference writes it anyway); no fallback: --no-fallback")
+
+
 @pytest.mark.skipif(ON_5, reason="CI's time: transformers 4.57's CPM-Ant is the measured case")
 def test_an_axis_the_model_fixes_is_named(tmp_path):
     """CPM-Ant's forward turns the sequence length into a Python number (it fixes the axis torch.export was told

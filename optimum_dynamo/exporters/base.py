@@ -34,6 +34,7 @@ from ..capture import CaptureError, InputObserver, infer_arguments
 from ..capture.samples import main_input, zeros_are_default
 from ..capture.stepping import is_state_model
 from ..errors import ExportError, PipelineError, describe, out_of_memory
+from ..validate import random_draws
 from ..flags import DTYPES
 from ..options import ExportOptions
 from ..positions import default_positions
@@ -281,6 +282,7 @@ class Exporter:
     def _export_parts(self, ctx: ExportContext) -> None:
         for part in ctx.components:
             self.export_part(ctx, part)
+            part.random_draws = random_draws(part.program)
             axes = size_guards.image_axes(part.arguments) if part.image_size_chosen else {}
             if axes and (found := size_guards.branches(part.program, axes, partial(_runs_at, part))):
                 size = _keep_first_size(part, axes)

@@ -33,6 +33,7 @@ class Component:
     # made by the stages
     arguments: Any = None  # capture.ExportArguments
     program: torch.export.ExportedProgram | None = None
+    random_draws: tuple[str, ...] = ()  # random-number ops of the program (ViT-MAE's masking noise)
     onnx_program: Any = None
     output_names: list[str] = field(default_factory=list)
     inputs_kept: list[str] = field(default_factory=list)  # the saved graph's inputs

@@ -186,7 +186,7 @@ class OnnxExporter(Exporter):
                                                                      part.quantization["bits"], label)
             else:
                 part.discrepancies = validate_graph(path, found, part.arguments, part.output_names, ctx.options,
-                                                    label, session, ctx.streamed)
+                                                    label, session, ctx.streamed, part.random_draws)
         shutil.rmtree(ctx.staging / FP32_DIR, ignore_errors=True)
         if ctx.streamed and ctx.generations:
             logger.info("    generate not compared: the runtime would hold the whole graph (weights streamed)")
@@ -347,14 +347,14 @@ def open_session(path: Path, streamed: bool = False):
 
 
 def validate_graph(source, cases, arguments, output_names, options: ExportOptions, graph: str = "",
-                   session=None, streamed: bool = False) -> list:
+                   session=None, streamed: bool = False, draws: tuple[str, ...] = ()) -> list:
     """onnxruntime vs PyTorch on the captured calls (`validate.references`): the table logged, --atol enforced.
     `source`: the graph's path or an open session; `session(ort_session)`: a wrapper feeding the session (e.g.
     only the inputs its graph kept)."""
     loaded = source if hasattr(source, "run") else open_session(source, streamed)
     rows = compare(session(loaded) if session else loaded, cases, arguments, output_names)
     logger.info("    %sonnxruntime vs PyTorch on %d calls:\n%s", f"{graph}: " if graph else "", len(cases), table(rows))
-    gate(rows, options.atol, options.dtype, graph)
+    gate(rows, options.atol, options.dtype, graph, draws)
     return rows
 
 

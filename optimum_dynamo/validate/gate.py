@@ -35,10 +35,23 @@ class GrossMismatch(PipelineError):
     """Validation showed the graph to be grossly wrong (the message is the one line shown)."""
 
 
-def gate(rows: Sequence[Discrepancy], atol: float | None, dtype: str = "fp32", graph: str = "") -> None:
+_DRAWS = {"rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli", "normal",
+          "uniform", "multinomial", "exponential", "poisson"}
+
+
+def random_draws(program) -> tuple[str, ...]:
+    """The random-number ops an exported program runs (ViT-MAE's masking noise: `aten.rand`), sorted."""
+    names = {str(node.target).split(".")[1] for node in program.graph.nodes
+             if node.op == "call_function" and str(node.target).startswith("aten.")}
+    return tuple(sorted(n for n in names if n.rstrip("_") in _DRAWS))
+
+
+def gate(rows: Sequence[Discrepancy], atol: float | None, dtype: str = "fp32", graph: str = "",
+         draws: tuple[str, ...] = ()) -> None:
     """Raise ExportError when the worst output differs from PyTorch by more than `atol`; without `atol`,
     GrossMismatch above the dtype's gross threshold, a warning above its warning threshold. `graph`: the
-    component's name, if several."""
+    component's name, if several; `draws`: the random-number ops of its forward (`random_draws`), named as the
+    reason of a gross difference."""
     worst = max(rows, key=lambda r: r.max_abs / factor(r.magnitude), default=None)
     if worst is None:
         return
@@ -50,7 +63,9 @@ def gate(rows: Sequence[Discrepancy], atol: float | None, dtype: str = "fp32", g
         return
     gross, warn = (limit[dtype] * factor(worst.magnitude) for limit in (GROSS_ABOVE, WARN_ABOVE))
     if worst.max_abs > gross:  # NaN counts as infinite (see report)
-        raise GrossMismatch(f"{differs} > {gross:g} (call {worst.worst_call}): the graph is wrong; "
+        why = (f"the forward draws random numbers ({', '.join(draws)}): no two runs agree, PyTorch's own included"
+               if draws else "the graph is wrong")
+        raise GrossMismatch(f"{differs} > {gross:g} (call {worst.worst_call}): {why}; "
                             "an explicit --atol above the difference writes it anyway")
     if worst.max_abs > warn:
         logger.warning("    warning: %s (> %g); pass --atol to make this an error", differs, warn)
