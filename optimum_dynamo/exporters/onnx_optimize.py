@@ -19,7 +19,6 @@ from typing import Sequence
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from ..errors import ExportError
 from ..options import FUSED_LEVELS
 from .onnx_passes import CONTRIB_DOMAIN, fused, unfused
 from .onnx_passes.cache_attention import CacheAttention
