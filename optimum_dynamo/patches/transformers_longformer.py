@@ -88,17 +88,23 @@ def longformer_chunk(hidden_states, window_overlap, onnx_export=False):
     return hidden_states.unfold(dimension=1, size=window_overlap * 2, step=window_overlap).transpose(2, 3)
 
 
-@register_patch(_PAD, versions={"transformers": ">=4.57"}, reason="pad by a symbolic length, 0 included")
-def longformer_pad_to_window_size(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                                  pad_token_id):
-    window = self.config.attention_window
+def _to_window(config, input_ids, inputs_embeds, embed):
+    """(the padding to the next multiple of the attention window, a symbolic length that may be 0; `inputs_embeds`
+    with the embeddings of that many pad tokens appended, if given)."""
+    window = config.attention_window
     window = window if isinstance(window, int) else max(window)
     batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
     padding_len = (window - seq_len % window) % window
-
     if inputs_embeds is not None:
-        ids = inputs_embeds.new_full((batch_size, padding_len), self.config.pad_token_id, dtype=torch.long)
-        inputs_embeds = torch.cat([inputs_embeds, self.embeddings(ids)], dim=-2)
+        ids = inputs_embeds.new_full((batch_size, padding_len), config.pad_token_id, dtype=torch.long)
+        inputs_embeds = torch.cat([inputs_embeds, embed(ids)], dim=-2)
+    return padding_len, inputs_embeds
+
+
+@register_patch(_PAD, versions={"transformers": ">=4.57"}, reason="pad by a symbolic length, 0 included")
+def longformer_pad_to_window_size(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                  pad_token_id):
+    padding_len, inputs_embeds = _to_window(self.config, input_ids, inputs_embeds, self.embeddings)
     return (padding_len, _pad(input_ids, padding_len, pad_token_id), _pad(attention_mask, padding_len, 0),
             _pad(token_type_ids, padding_len, 0), _pad(position_ids, padding_len, pad_token_id), inputs_embeds)
 
@@ -193,11 +199,5 @@ def led_self_attention(self, hidden_states, attention_mask=None, is_index_masked
 
 @register_patch(_LED_PAD, versions={"transformers": ">=4.57"}, reason="pad by a symbolic length, told 0")
 def led_pad_to_window_size(self, input_ids, attention_mask, inputs_embeds, pad_token_id):
-    window = self.config.attention_window
-    window = window if isinstance(window, int) else max(window)
-    batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    padding_len = (window - seq_len % window) % window
-    if inputs_embeds is not None:
-        ids = inputs_embeds.new_full((batch_size, padding_len), self.config.pad_token_id, dtype=torch.long)
-        inputs_embeds = torch.cat([inputs_embeds, self.embed_tokens(ids)], dim=-2)
+    padding_len, inputs_embeds = _to_window(self.config, input_ids, inputs_embeds, self.embed_tokens)
     return 0, _pad(input_ids, padding_len, pad_token_id), _pad(attention_mask, padding_len, 0), inputs_embeds
