@@ -7,6 +7,7 @@ Both wrap optimum objects at run time (never editing optimum's files) and are id
 from __future__ import annotations
 
 import functools
+import inspect
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -87,7 +88,9 @@ def export_for_runtime(cls, model_id, config, use_cache: bool = True, trust_remo
     graph = {option: kwargs.pop(name) for name, option in RUNTIME_EXPORT_OPTIONS.items() if name in kwargs}
     save_dir = TemporaryDirectory()
     export_onnx(model_id, save_dir.name, task=task, trust_remote_code=trust_remote_code, hub_options=hub, **graph)
-    return cls._from_pretrained(Path(save_dir.name), config, use_cache=use_cache, model_save_dir=save_dir, **kwargs)
+    if "use_cache" in inspect.signature(cls._from_pretrained).parameters:  # the generating classes' option only
+        kwargs["use_cache"] = use_cache
+    return cls._from_pretrained(Path(save_dir.name), config, model_save_dir=save_dir, **kwargs)
 
 
 def patch_runtime(module) -> None:
