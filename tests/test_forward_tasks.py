@@ -415,3 +415,16 @@ def test_an_encoder_decoder_classifier_exports_without_its_cache(tmp_path):
     got = ort.ORTModelForSequenceClassification.from_pretrained(out)(**inputs).logits
     diff = (torch.as_tensor(got) - expected).abs().max().item()
     assert diff < ATOL, f"logits differ by {diff:.3e}"
+
+
+@pytest.mark.once("t4")
+def test_from_pretrained_exports_a_classifier_with_dynamo(tmp_path):
+    """`ORTModelForSequenceClassification.from_pretrained(..., export=True, dynamo=True)`: a runtime class whose
+    `_from_pretrained` takes no `use_cache` (every class of a task without generation) loads what it exported."""
+    checkpoint = save_tiny_model("bert", "text-classification", tmp_path / "checkpoint")
+    ort_model = ort.ORTModelForSequenceClassification.from_pretrained(checkpoint, export=True, dynamo=True)
+    torch_model = transformers.AutoModelForSequenceClassification.from_pretrained(checkpoint).eval()
+    inputs = _inputs("bert", "text-classification", checkpoint)
+    with torch.no_grad():
+        expected = torch_model(**inputs).logits
+    assert (torch.as_tensor(ort_model(**inputs).logits) - expected).abs().max().item() < ATOL
