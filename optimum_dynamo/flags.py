@@ -64,6 +64,8 @@ def _library(value: str | None) -> str | None:
         return None
     if value == "sentence_transformers":
         return None
+    if value == "timm":
+        return None if importlib.util.find_spec("timm") else "timm is not installed (pip install timm)"
     return f"{value} models are not exported by --dynamo; export without --dynamo"
 
 
@@ -110,8 +112,8 @@ FLAGS: dict[str, Flag] = {
     "trust_remote_code": Flag("--trust-remote-code", HONOURED, "allows the checkpoint's own code", "trust_remote_code"),
     "pad_token_id": Flag("--pad_token_id", HONOURED, "set as the config's pad_token_id (used by capture, saved in "
                          "config.json)", "pad_token_id"),
-    "library_name": Flag("--library-name", HONOURED, "transformers or sentence_transformers (inferred as optimum "
-                         "does when not given); timm and diffusers are refused", "library", check=_library),
+    "library_name": Flag("--library-name", HONOURED, "transformers, sentence_transformers or timm (inferred as "
+                         "optimum does when not given); diffusers is refused", "library", check=_library),
     "model_kwargs": Flag("--model-kwargs", HONOURED, "keyword arguments of the model's forward, passed in every "
                          "captured call and fixed in the graph (not image-text-to-text yet)", "model_kwargs"),
     "no_dynamic_axes": Flag("--no-dynamic-axes", REFUSED, "is not supported with --dynamo: every axis that can vary "

@@ -22,7 +22,7 @@ HUB_OPTIONS = ("cache_dir", "force_download", "local_files_only", "revision", "s
 @dataclasses.dataclass(frozen=True)
 class ExportOptions:
     task: str | None = None  # optimum's task name; None or "auto": inferred
-    library: str | None = None  # "transformers" or "sentence_transformers"; None: inferred as optimum does
+    library: str | None = None  # "transformers", "sentence_transformers" or "timm"; None: inferred as optimum does
     # every backend
     atol: float | None = None  # the export fails when an output differs from PyTorch by more
     dtype: str = "fp32"

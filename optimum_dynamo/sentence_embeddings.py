@@ -46,15 +46,4 @@ class SentenceEmbedder(torch.nn.Module):
         return {"token_embeddings": out["token_embeddings"], "sentence_embedding": out["sentence_embedding"]}
 
 
-def is_sentence_transformers(model_id: str) -> bool:
-    """Whether optimum takes the checkpoint for a sentence-transformers model (its `modules.json`), as its
-    `--library-name` default does."""
-    from optimum.exporters.tasks import TasksManager
-
-    try:
-        return TasksManager.infer_library_from_model(model_id) == "sentence_transformers"
-    except Exception:  # no answer (offline hub id): the transformers library, optimum's own fallback
-        return False
-
-
-__all__ = ["INPUTS", "SentenceEmbedder", "is_sentence_transformers"]
+__all__ = ["INPUTS", "SentenceEmbedder"]

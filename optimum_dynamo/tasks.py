@@ -75,13 +75,23 @@ LIBRARY_TASKS: dict[tuple[str, str], TaskSpec] = {
     ("sentence_transformers", "feature-extraction"): TaskSpec(
         drive_forward, _GENERIC, inputs=("input_ids", "attention_mask", "token_type_ids"), streams=False,
         auto_class="optimum_dynamo.sentence_embeddings.SentenceEmbedder"),
+    # pixel values through timm's transform in, logits out (timm_models.py); optimum's class loads it
+    ("timm", "image-classification"): TaskSpec(
+        drive_forward, "ORTModelForImageClassification", reads=_LOGITS, streams=False,
+        auto_class="optimum_dynamo.timm_models.TimmClassifier"),
 }
 
 
+# A library's task when none is given: optimum's inference for its models
+LIBRARY_DEFAULT_TASKS = {"sentence_transformers": "feature-extraction", "timm": "image-classification"}
+
+
 def library_task(task: str | None, library: str) -> str:
-    """The task of a library's model: sentence-transformers models are embedding models (optimum's
-    "sentence-similarity" is the same export)."""
-    return "feature-extraction" if task in (None, "auto", "sentence-similarity") else task
+    """The task of a library's model: its default when none is given (sentence-transformers models are embedding
+    models: optimum's "sentence-similarity" is the same export)."""
+    if task in (None, "auto") or (library == "sentence_transformers" and task == "sentence-similarity"):
+        return LIBRARY_DEFAULT_TASKS[library]
+    return task
 
 
 # Other forms of a task, for models its first form does not fit (speech recognition: CTC models, and speech LLMs,

@@ -54,7 +54,8 @@ def test_usage_docs_show_the_table():
 REFUSED = [
     (["--dtype", "bf16"], "--dtype bf16: onnxruntime's CPU provider has no bfloat16 kernels"),
     (["--device", "cuda"], "--device cuda: no CUDA device is available"),
-    (["--library-name", "timm"], "--library-name timm: timm models are not exported by --dynamo"),
+    (["--library-name", "diffusers"], "--library-name diffusers: diffusers models are not exported by --dynamo"),
+    (["--library-name", "timm"], "--library-name timm: timm is not installed (pip install timm)"),
     (["--no-dynamic-axes"], "--no-dynamic-axes is not supported with --dynamo"),
     (["--variant", "split"], "--variant split: optimum's export variants are OnnxConfig layouts"),
     (["--slim"], "--slim: onnxslim is not installed"),
@@ -66,6 +67,8 @@ REFUSED = [
 def test_refused_option_one_line_nonzero_exit_no_output(extra, line, checkpoints, tmp_path):
     if extra == ["--slim"] and importlib.util.find_spec("onnxslim") is not None:
         pytest.skip("onnxslim is installed: --slim is honoured")
+    if extra == ["--library-name", "timm"] and importlib.util.find_spec("timm") is not None:
+        pytest.skip("timm is installed: --library-name timm is honoured (test_timm)")
     out = tmp_path / "nested" / "out"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", checkpoints("llama"), *extra, out)
     assert run.returncode != 0

@@ -307,19 +307,13 @@ def test_the_size_of_the_export_dtype_weights_decides(tmp_path, monkeypatch):
 def test_a_hub_id_is_counted_from_its_cached_snapshot(checkpoints, tmp_path, monkeypatch):
     """A hub id the cache holds is read as its snapshot directory (offline here); one whose snapshot has only its
     config (what the export reads first) is asked of the hub, which offline gives nothing: in memory."""
-    import shutil
+    from tiny import cache_snapshot
 
     monkeypatch.delenv(streaming.ENV, raising=False)
     checkpoint = checkpoints("llama")
     cached = {"tiny-org/llama": sorted(checkpoint.iterdir()), "tiny-org/config-only": [checkpoint / "config.json"]}
     for repo, files in cached.items():
-        root = tmp_path / f"models--{repo.replace('/', '--')}"
-        (root / "refs").mkdir(parents=True)
-        (root / "refs" / "main").write_text("0" * 40)
-        snapshot = root / "snapshots" / ("0" * 40)
-        snapshot.mkdir(parents=True)
-        for file in files:
-            shutil.copy(file, snapshot / file.name)
+        cache_snapshot(tmp_path, repo, files)
     hub = {"cache_dir": str(tmp_path)}
     assert streaming.checkpoint_parameters("tiny-org/llama", hub) == streaming.checkpoint_parameters(str(checkpoint))
     assert streaming.local_checkpoint("tiny-org/config-only", hub) is not None

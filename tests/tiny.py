@@ -619,3 +619,29 @@ def save_tiny_vision_seq2seq(path: str | Path, *, seed: int = 0) -> Path:
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(path)
     tiny_tokenizer(decoder.vocab_size).save_pretrained(path)
     return path
+
+
+def save_tiny_timm(name: str, path: str | Path, *, seed: int = 0, safetensors: bool = True) -> Path:
+    """One of timm's own test models (`timm.list_models("test_*")`: its tiny architectures, random weights, 5
+    classes) as timm saves a model for the hub: config.json with its `pretrained_cfg`, and its weights."""
+    import timm
+    from timm.models import save_for_hf
+
+    torch.manual_seed(seed)
+    save_for_hf(timm.create_model(name, pretrained=False, num_classes=5).eval(), path, safe_serialization=safetensors)
+    return Path(path)
+
+
+def cache_snapshot(cache_dir: str | Path, repo: str, files) -> Path:
+    """`files` as the hub cache under `cache_dir` holds a download of `repo` (one snapshot, `refs/main`): what
+    `HF_HUB_OFFLINE=1` resolves `repo` to, as it resolves a hub id a user downloaded before."""
+    import shutil
+
+    root = Path(cache_dir) / f"models--{repo.replace('/', '--')}"
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text("0" * 40)
+    snapshot = root / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for file in files:
+        shutil.copy(file, snapshot / Path(file).name)
+    return snapshot
