@@ -75,7 +75,7 @@ LIBRARY_TASKS: dict[tuple[str, str], TaskSpec] = {
     ("sentence_transformers", "feature-extraction"): TaskSpec(
         drive_forward, _GENERIC, inputs=("input_ids", "attention_mask", "token_type_ids"), streams=False,
         auto_class="optimum_dynamo.sentence_embeddings.SentenceEmbedder"),
-    # pixel values through timm's transform in, logits out (timm_models.py); optimum's class loads it
+    # pixel values at the model's input size in, logits out (timm_models.py); optimum's class loads it
     ("timm", "image-classification"): TaskSpec(
         drive_forward, "ORTModelForImageClassification", reads=_LOGITS, streams=False,
         auto_class="optimum_dynamo.timm_models.TimmClassifier"),

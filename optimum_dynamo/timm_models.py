@@ -1,27 +1,38 @@
 """timm image classifiers (`--library-name timm`, or inferred as optimum infers it: a config.json with timm's
-`pretrained_cfg`): the model timm builds from the checkpoint, pixel values in, `logits` out. The export keeps the
-checkpoint's config.json, so optimum's `ORTModelForImageClassification` loads it as it loads a timm export of its own.
+`pretrained_cfg`): the model timm builds from the checkpoint, pixel values in, `logits` out. The export's config.json
+is the checkpoint's (with the input size the capture read), so optimum's `ORTModelForImageClassification` loads it as
+it loads a timm export of its own.
 
 The capture feeds pixel values at the model's input size (its `pretrained_cfg`), then at a second size where the model
 takes one (CNNs: the graph's height and width are dynamic too, as optimum's timm export has them)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 import torch
 
-# hub options timm's loader takes (the revision as `id@revision`; the token through the environment)
-_HUB_OPTIONS = {"revision", "token", "cache_dir", "local_files_only"}
+# the weight files timm's loader reads from a directory, in its order of preference
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 
-def source(model_id: str, revision: str | None = None) -> str:
-    """timm's name of a checkpoint: a directory as `local-dir:`, a hub id as `hf-hub:` (at `revision`)."""
+def local_directory(model_id: str, **hub_options) -> Path:
+    """The checkpoint's directory: a hub id's config.json and weights fetched by huggingface_hub (every hub option
+    honoured by it: revision, token, cache_dir, subfolder, local_files_only, force_download), the files timm's
+    `local-dir:` loader reads; a directory as it is (its `subfolder`)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
     if Path(model_id).is_dir():
-        return f"local-dir:{model_id}"
-    return f"hf-hub:{model_id}" + (f"@{revision}" if revision else "")
+        return Path(model_id) / (hub_options.get("subfolder") or "")
+    config = Path(hf_hub_download(model_id, "config.json", **hub_options))
+    for name in WEIGHTS:
+        try:
+            hf_hub_download(model_id, name, **hub_options)
+            break
+        except EntryNotFoundError:  # not in the repo (or, offline, not cached): the next format
+            continue
+    return config.parent
 
 
 def load_config(model_id: str, **hub_options):
@@ -29,24 +40,6 @@ def load_config(model_id: str, **hub_options):
     from transformers import PretrainedConfig
 
     return PretrainedConfig.from_pretrained(model_id, **hub_options)
-
-
-@contextlib.contextmanager
-def _hub_environment(token, local_files_only: bool):
-    """timm's downloads read the token and offline mode from huggingface_hub's environment."""
-    saved = {k: os.environ.get(k) for k in ("HF_TOKEN", "HF_HUB_OFFLINE")}
-    if isinstance(token, str):
-        os.environ["HF_TOKEN"] = token
-    if local_files_only:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class TimmClassifier(torch.nn.Module):
@@ -64,21 +57,15 @@ class TimmClassifier(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, model_id: str, config=None, trust_remote_code: bool = False, **hub_options):
-        """The checkpoint's model as timm creates it for export (`exportable=True`), on the CPU. Loading keywords
-        timm cannot honour are refused (TypeError), never dropped."""
+        """The checkpoint's model as timm creates it for export (`exportable=True`), on the CPU."""
         import timm
 
-        unknown = {k for k, v in hub_options.items() if k not in _HUB_OPTIONS and v}  # force_download, subfolder
-        if unknown:
-            raise TypeError(f"timm's loader takes no {', '.join(sorted(unknown))}")
         config = config if config is not None else load_config(model_id, **hub_options)
-        with _hub_environment(hub_options.get("token"), hub_options.get("local_files_only", False)):
-            model = timm.create_model(source(model_id, hub_options.get("revision")), pretrained=True, exportable=True,
-                                      cache_dir=hub_options.get("cache_dir"))
-        return cls(model.eval(), config)
+        directory = local_directory(model_id, **hub_options)
+        return cls(timm.create_model(f"local-dir:{directory}", pretrained=True, exportable=True).eval(), config)
 
     def forward(self, pixel_values: torch.Tensor):
         return {"logits": self.model(pixel_values)}
 
 
-__all__ = ["TimmClassifier", "load_config", "source"]
+__all__ = ["TimmClassifier", "WEIGHTS", "load_config", "local_directory"]

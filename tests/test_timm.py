@@ -16,9 +16,9 @@ from conftest import optimum_cli
 timm = pytest.importorskip("timm")
 
 ATOL = 1e-4
-# timm's own test models, its population of tiny architectures; CI exports a transformer, a ResNet-style CNN and an
-# EfficientNet (its zoo row runs them all)
-IN_CI = ("test_vit", "test_resnet", "test_efficientnet")
+# timm's own test models, its population of tiny architectures; CI exports a transformer and an EfficientNet here
+# (a ConvNeXt and a ResNet below), all of them under `slow`
+IN_CI = ("test_vit", "test_efficientnet")
 MODELS = [pytest.param(name, marks=() if name in IN_CI else pytest.mark.slow) for name in timm.list_models("test_*")]
 
 
@@ -67,6 +67,29 @@ def test_a_directory_exports_with_the_flag_and_from_pretrained(tmp_path):
                   ORTModelForImageClassification.from_pretrained(checkpoint, export=True, dynamo=True)):
         got = torch.as_tensor(model(pixel_values=pixels).logits)
         assert (got - expected).abs().max().item() < ATOL
+
+
+@pytest.mark.once("t5")
+def test_hub_options_reach_the_download(tmp_path):
+    """`main_export(..., dynamo=True)` with the hub options users pass from Python: a hub id whose files sit in a
+    `subfolder`, in the download cache `cache_dir` names (offline: what was downloaded before)."""
+    from optimum.exporters.onnx import main_export
+
+    saved = save_tiny_timm("test_resnet", tmp_path / "saved")
+    snapshot = cache_snapshot(tmp_path / "cache", "tiny-timm/nested", [])
+    (snapshot / "weights").mkdir()
+    for file in saved.iterdir():
+        (snapshot / "weights" / file.name).write_bytes(file.read_bytes())
+    out = tmp_path / "onnx"
+    main_export("tiny-timm/nested", out, cache_dir=str(tmp_path / "cache"), subfolder="weights", dynamo=True)
+    assert read_manifest(out)["task"] == "image-classification"
+
+    expected_model = timm.create_model(f"local-dir:{saved}", pretrained=True).eval()
+    pixels = _pixels(expected_model, batch=3)
+    with torch.no_grad():
+        expected = expected_model(pixels)
+    got = torch.as_tensor(ORTModelForImageClassification.from_pretrained(out)(pixel_values=pixels).logits)
+    assert (got - expected).abs().max().item() < ATOL
 
 
 @pytest.mark.once("t5")
