@@ -28,6 +28,15 @@ class Target:
         return supported_task(self.task_name, self.config, self.library)
 
 
+def check_directory(model_id: str) -> None:
+    """A path that is not a directory, or a directory without config.json: one error line (before any loading)."""
+    path = Path(model_id)
+    if not path.is_dir() and (path.is_absolute() or model_id.startswith(".") or path.exists()):
+        raise ExportError(f"model directory not found: {model_id}")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ExportError(f"cannot load {model_id}: no config.json in it")
+
+
 def load_config(model_id: str, options: ExportOptions, library: str = "transformers"):
     """The checkpoint's config (a timm model's: its config.json as it is); a missing directory, a directory without
     config.json or custom code not allowed is one error line."""
@@ -35,11 +44,7 @@ def load_config(model_id: str, options: ExportOptions, library: str = "transform
 
     from . import timm_models
 
-    path = Path(model_id)
-    if not path.is_dir() and (path.is_absolute() or model_id.startswith(".") or path.exists()):
-        raise ExportError(f"model directory not found: {model_id}")
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise ExportError(f"cannot load {model_id}: no config.json in it")
+    check_directory(model_id)
     try:
         if library == "timm":
             config = timm_models.load_config(model_id, **options.hub_options)
@@ -62,6 +67,7 @@ def resolve(model, options: ExportOptions, default_task: str | None = None) -> T
     if not isinstance(model, (str, Path)):
         name = getattr(model, "name_or_path", "") or type(model).__name__
         return Target(name, model.config, optimum_task(task, model, model.config), model)
+    check_directory(str(model))
     library = options.library or infer_library(str(model), options)
     if library == "timm" and importlib.util.find_spec("timm") is None:
         raise ExportError(f"{model} is a timm model: timm is not installed (pip install timm)")
@@ -100,4 +106,4 @@ def _saved_by_transformers(model_id: str, hub: dict) -> bool:
     return "architectures" in config
 
 
-__all__ = ["LIBRARIES", "Target", "infer_library", "load_config", "resolve"]
+__all__ = ["LIBRARIES", "Target", "check_directory", "infer_library", "load_config", "resolve"]

@@ -56,7 +56,6 @@ def _prepare(args, resolved: dict):
 
 
 def _export(args, options, state: dict) -> str:
-    from ..exporters.entry import export_target
     from ..target import resolve
 
     try:
@@ -65,6 +64,8 @@ def _export(args, options, state: dict) -> str:
         raise
     except Exception as e:  # nothing to fall back on: the legacy exporter needs the same resolution
         raise ExportError(f"cannot resolve {args.model}'s task ({describe(e)})") from None
+    from ..exporters.entry import export_target  # after the checks: a bad input is refused before the exporters load
+
     return export_target(state["target"], args.output, options, attempt=state).task.name
 
 
