@@ -49,8 +49,9 @@ def _io_names(path):
 
 
 # the names are the cache layout's, not the family's: llama's (position_ids) and gemma2's (none in its torchscript
-# config) on every run, the others under `slow` (CI's time)
-@pytest.mark.parametrize("model_type", [m if m in ("llama", "gemma2") else pytest.param(m, marks=pytest.mark.slow)
+# config) in one environment each, the others under `slow` (CI's time)
+@pytest.mark.parametrize("model_type", [pytest.param(m, marks=pytest.mark.once("t5" if m == "llama" else "t4"))
+                                        if m in ("llama", "gemma2") else pytest.param(m, marks=pytest.mark.slow)
                                         for m in MODELS])
 def test_io_names_equal_torchscript_export(model_type, checkpoints, dynamo_exports, tmp_path):
     run = optimum_cli("export", "onnx", "--model", checkpoints(model_type), "--task", "text-generation-with-past",
@@ -77,7 +78,8 @@ def test_from_pretrained_export_dynamo(checkpoints):
     assert_causal_lm_parity(ort_model, torch_model, padded_batch(AutoTokenizer.from_pretrained(ckpt)))
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("model_type", [pytest.param("mixtral", marks=pytest.mark.once("t5")),  # CI: one each
+                                        pytest.param("qwen2_moe", marks=pytest.mark.once("t4"))])
 def test_moe_exports(model_type, checkpoints, dynamo_exports):
     """transformers 5: batched-matmul experts; transformers 4: the dense-experts patch."""
     out = dynamo_exports(model_type)

@@ -78,6 +78,7 @@ def test_refused_option_one_line_nonzero_exit_no_output(extra, line, checkpoints
     assert not (tmp_path / "nested").exists()
 
 
+@pytest.mark.once("t5")  # CI: a refusal of ours, in one environment (make test-all: both)
 def test_monolith_refused_for_encoder_decoder(bare_checkpoints, tmp_path):
     out = tmp_path / "out"
     run = optimum_cli("export", "onnx", "--dynamo", "--monolith", "--model", bare_checkpoints("t5"), "--task",

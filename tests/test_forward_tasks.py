@@ -80,15 +80,18 @@ ON_5 = transformers.__version__ >= "5"
 # images: yolos)
 _SLOW = pytest.mark.slow
 OTHER_CASES = [
-    ("llama", "feature-extraction", "ORTModelForFeatureExtraction", "AutoModel"),  # a decoder's hidden states
+    pytest.param("llama", "feature-extraction", "ORTModelForFeatureExtraction", "AutoModel",
+                 marks=pytest.mark.once("t5")),  # a decoder's hidden states
     ("wav2vec2", "automatic-speech-recognition", "ORTModelForCTC", "AutoModelForCTC"),
     pytest.param("hubert", "audio-classification", "ORTModelForAudioClassification", "AutoModelForAudioClassification",
                  marks=() if ON_5 else _SLOW),
     pytest.param("segformer", "semantic-segmentation", "ORTModelForSemanticSegmentation",
                  "AutoModelForSemanticSegmentation", marks=_SLOW if ON_5 else ()),
-    ("yolos", "object-detection", "ORTModelForCustomTasks", "AutoModelForObjectDetection"),  # optimum has no class
-    ("clip", "zero-shot-image-classification", "ORTModelForZeroShotImageClassification",
-     "AutoModelForZeroShotImageClassification"),  # 4 label texts x 5 images (capture: 2 x 3, 3 x 2)
+    pytest.param("yolos", "object-detection", "ORTModelForCustomTasks", "AutoModelForObjectDetection",
+                 marks=pytest.mark.once("t4")),  # optimum has no class
+    pytest.param("clip", "zero-shot-image-classification", "ORTModelForZeroShotImageClassification",
+                 "AutoModelForZeroShotImageClassification",
+                 marks=pytest.mark.once("t5")),  # 4 label texts x 5 images (capture: 2 x 3, 3 x 2)
     # a dual encoder's features: both towers' embeddings (optimum's feature-extraction class reads one
     # last_hidden_state)
     pytest.param("clip", "feature-extraction", "ORTModelForCustomTasks", "AutoModel", marks=pytest.mark.once("t5")),

@@ -63,10 +63,10 @@ _NOT_A_CACHE = ("'s generate carries its past as a tuple of tensors, not a cache
 @pytest.mark.parametrize("model_type, reason", [
     # openai-gpt's forward has no cache argument at all: refused before `generate` would say it in its own words
     # (`model_kwargs are not used by the model: ['past_key_values']`)
-    ("openai-gpt", " " + _NO_CACHE),
+    pytest.param("openai-gpt", " " + _NO_CACHE, marks=pytest.mark.once("t4")),  # CI: one each
     # XLNet carries its memories (`mems`) as a tuple of tensors, which transformers' own generate cannot take back
     # (4.57: IndexError, 5.x: `Passing a tuple of past_key_values is not supported`)
-    ("xlnet", _NOT_A_CACHE),
+    pytest.param("xlnet", _NOT_A_CACHE, marks=pytest.mark.once("t5")),
 ])
 def test_a_model_without_a_cache_it_can_carry_is_refused_in_one_line(model_type, reason, tmp_path):
     import zoo

@@ -113,7 +113,8 @@ def test_o3_continues_a_batch_over_its_cache(checkpoints, o3_exports):
     assert np.abs(logits - second.logits.numpy()).max() < 1e-4
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "gemma2"])
+@pytest.mark.parametrize("model_type", [pytest.param("mistral", marks=pytest.mark.once("t5")),  # CI: one each
+                                        pytest.param("gemma2", marks=pytest.mark.once("t4"))])
 def test_o3_keeps_bounded_sliding_caches(model_type, tmp_path):
     """Window 6 (sliding layers hold 5 positions; gemma2's layers alternate sliding / full) and a 9-token
     prompt: O3 generates like PyTorch. mistral's attentions are given the bounded cache."""

@@ -16,6 +16,11 @@ ATOL = 1e-4
 CASES = ["llama", "bert"]
 
 
+def crossed(*environments):
+    """CASES, each in one environment in CI (make test-all: both)."""
+    return [pytest.param(m, marks=pytest.mark.once(e)) for m, e in zip(CASES, environments)]
+
+
 def _files(directory):
     return sorted(p.name for p in directory.iterdir())
 
@@ -37,7 +42,8 @@ def _check(model_type, out, cli_out, torch_model):
     assert diff < ATOL, f"logits differ by {diff:.3e}"
 
 
-@pytest.mark.parametrize("model_type", CASES)
+# CI: each model through each function, in one environment each, crossed
+@pytest.mark.parametrize("model_type", crossed("t5", "t4"))
 def test_main_export_dynamo(model_type, bare_checkpoints, bare_exports, tmp_path):
     from optimum.exporters.tasks import TasksManager
 
@@ -48,7 +54,7 @@ def test_main_export_dynamo(model_type, bare_checkpoints, bare_exports, tmp_path
     _check(model_type, tmp_path / "out", bare_exports(model_type), torch_model)
 
 
-@pytest.mark.parametrize("model_type", CASES)
+@pytest.mark.parametrize("model_type", crossed("t4", "t5"))
 def test_onnx_export_from_model_dynamo_captures_the_model_as_it_is(model_type, bare_checkpoints, bare_exports, tmp_path):
     """The in-memory model is exported, not a reload of its checkpoint: its changed weights are in the graph."""
     from optimum.exporters.tasks import TasksManager

@@ -247,6 +247,7 @@ def test_an_invalid_switch_is_refused_in_one_line(checkpoints, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.once("t5")  # CI: a refusal of ours, in one environment (make test-all: both)
 def test_pt2_is_refused_when_the_weights_are_streamed(checkpoints, tmp_path):
     """A .pt2 program carries the weights from memory: with them left in the checkpoint it would hold garbage."""
     run = _cli("--model", checkpoints("llama"), "--pt2", tmp_path / "out", stream="1")
@@ -380,6 +381,7 @@ def test_cli_export_in_memory_still_needs_no_switch(dynamo_exports):
 
 
 
+@pytest.mark.once("t4")  # CI: a refusal of ours, in one environment (make test-all: both)
 def test_a_state_space_model_is_refused_in_one_line(tmp_path):
     """Mamba's cache is made on the model's device, the meta device when the weights stream: refused, not traced."""
     from tiny import save_tiny_decoder
