@@ -220,6 +220,10 @@ def tiny_config(model_type: str, tiny: dict = TINY, stages: bool = False):
     if stages and isinstance(backbone, PretrainedConfig) and "backbone_config" not in kwargs:  # made by the config
         config = AutoConfig.for_model(model_type, **{**kwargs, **extra, "backbone": None,
                                                      "backbone_config": _shrunk_sub_config(backbone, tiny, True)})
+    for part in config_parts(config):  # a sub-config's key/value heads its constructor derives, not takes
+        kv, heads = getattr(part, "num_key_value_heads", None), getattr(part, "num_attention_heads", None)
+        if isinstance(kv, int) and isinstance(heads, int) and kv > heads > 0:  # (parakeet's: its default's 8)
+            part.num_key_value_heads = heads
     _small_token_ids(config)
     return config
 

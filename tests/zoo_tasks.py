@@ -178,10 +178,6 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
     try:
         tiny = zoo.TINY_AUDIO if task in AUDIO else TINY_IMAGE if task in IMAGE else zoo.TINY_VISION
         config = zoo.tiny_config(model_type, tiny, stages=task in AUDIO | IMAGE)
-        for part in zoo.config_parts(config):  # a sub-config's key/value heads its constructor does not take (parakeet's)
-            kv, heads = getattr(part, "num_key_value_heads", None), getattr(part, "num_attention_heads", None)
-            if isinstance(kv, int) and isinstance(heads, int) and kv > heads > 0:
-                part.num_key_value_heads = heads
         mapping, auto = next((m, a) for m, a in TASKS[task].forms() if model_type in getattr(modeling_auto, m, {}))
         named = getattr(modeling_auto, mapping)[model_type]
         if isinstance(named, tuple):  # several classes (deit: with a teacher): a checkpoint names its own
