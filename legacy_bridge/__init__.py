@@ -3,7 +3,7 @@
 Call `install()` before importing optimum.exporters.onnx or optimum.onnxruntime.
 """
 
-from . import ort_audio, ort_optimizer, ort_runtime, ort_speech_lm, transformers5
+from . import ort_audio, ort_optimizer, ort_runtime, ort_seq2seq, ort_speech_lm, transformers5
 
 
 def install() -> None:
@@ -12,4 +12,5 @@ def install() -> None:
     ort_runtime.install()
     ort_audio.install()
     ort_speech_lm.install()
+    ort_seq2seq.install()
     ort_optimizer.install()

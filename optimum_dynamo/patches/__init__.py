@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_moe,
     transformers_moonshine,
     transformers_packed_audio,
+    transformers_parakeet_decoders,
     transformers_packed_vision,
     transformers_positions,
     transformers_recurrent_mask,
