@@ -88,9 +88,9 @@ def default_positions(model, recorded: dict) -> str | None:
 _TEXT_SIZES = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim")
 
 
-def lift_text_sizes(config, decoder: bool = False) -> None:
+def lift_text_sizes(config, decoder: bool | None = None) -> None:
     """A multimodal checkpoint exported as a causal LM (got_ocr2, fuyu, ...) keeps its sizes in the text
-    sub-config (`decoder`: the decoder's, of an encoder-decoder); optimum's runtime reads them from the top
+    sub-config (`decoder=True`: the decoder's, of an encoder-decoder); optimum's runtime reads them from the top
     (hidden_size // num_attention_heads): copy the missing ones onto the loaded config object (not saved; the
     graph's own shapes then correct them)."""
     has = config is not None and hasattr(config, "get_text_config")
