@@ -196,7 +196,9 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
 
             tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
                 single="$A </s>", special_tokens=[("</s>", tokenizer.eos_token_id)])
-        extractor = zoo.feature_extractor(model_type, model, config) if task in AUDIO else None
+        # the audio tasks, and a speech encoder's features (its main input the extractor's log-mel `input_features`)
+        speech = task in AUDIO or main_input(model) == "input_features"
+        extractor = zoo.feature_extractor(model_type, model, config) if speech else None
         inputs = zoo.speech_inputs(model, extractor) if extractor else _inputs(task, model, config, tokenizer)
         with torch.no_grad():
             outputs = _tensors(model(**inputs))
