@@ -38,13 +38,12 @@ def check_directory(model_id: str) -> None:
 
 
 def load_config(model_id: str, options: ExportOptions, library: str = "transformers"):
-    """The checkpoint's config (a timm model's: its config.json as it is); a missing directory, a directory without
-    config.json or custom code not allowed is one error line."""
+    """The checkpoint's config (a timm model's: its config.json as it is), of a path `check_directory` accepted;
+    custom code not allowed is one error line."""
     from transformers import AutoConfig
 
     from . import timm_models
 
-    check_directory(model_id)
     try:
         if library == "timm":
             config = timm_models.load_config(model_id, **options.hub_options)

@@ -190,14 +190,15 @@ def step_build(task: str, model_type: str, directory: Path) -> dict:
         off_initial_values(model, every_weight=task in IMAGE)
         from optimum_dynamo.capture.samples import main_input
 
-        tokenizer = tiny_tokenizer(_vocab(config)) if main_input(model) == "input_ids" else None
+        main = main_input(model)
+        tokenizer = tiny_tokenizer(_vocab(config)) if main == "input_ids" else None
         if tokenizer is not None and config.is_encoder_decoder:  # BART-style classifiers pool at the eos token:
             from tokenizers import processors  # texts end with it, as their tokenizers (and the saved one) add it
 
             tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
                 single="$A </s>", special_tokens=[("</s>", tokenizer.eos_token_id)])
         # the audio tasks, and a speech encoder's features (its main input the extractor's log-mel `input_features`)
-        speech = task in AUDIO or main_input(model) == "input_features"
+        speech = task in AUDIO or main == "input_features"
         extractor = zoo.feature_extractor(model_type, model, config) if speech else None
         inputs = zoo.speech_inputs(model, extractor) if extractor else _inputs(task, model, config, tokenizer)
         with torch.no_grad():
