@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoProcessor
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -17,8 +18,11 @@ from tiny import save_tiny_speech_lm
 TASK = "automatic-speech-recognition"
 ATOL = 1e-4
 PROGRAM = "optimum-cli export onnx --dynamo: error: "
-# transformers 5 only (Qwen3-ASR: 5.24); AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) under `slow`
-MODELS = ["glmasr", "qwen3_asr", pytest.param("audioflamingo3", marks=pytest.mark.slow)]
+# transformers 5 only (Qwen3-ASR: 5.24; transformers 4's Voxtral has no `get_audio_features`, refused in one line);
+# AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) under `slow`
+MODELS = ["glmasr", "qwen3_asr", "voxtral", pytest.param("audioflamingo3", marks=pytest.mark.slow)]
+# Voxtral: a clip over its 30-s chunk (two chunks: the audio graph's rows in order across clips)
+SECONDS = {"voxtral": (31.0, 1.4)}
 # the processor's own padding (the feature extractor's window), then, where the tower takes any number of frames, the
 # clips' longest
 PADDINGS = {"glmasr": ({}, {"padding": True})}
@@ -30,12 +34,28 @@ def _clips(*seconds, seed=3):
     return [(0.1 * rng.standard_normal(int(16000 * s))).astype(np.float32) for s in seconds]
 
 
+def _batch(processor, model_id, clips, prompts, **padding):
+    """The batch users make: the audio placeholder before each prompt; Voxtral's processor takes clips through its
+    transcription request only (a language and none: prompts of two lengths)."""
+    if type(processor).__name__ == "VoxtralProcessor":
+        return processor.apply_transcription_request(audio=clips, model_id=str(model_id), language=["en", None][: len(clips)],
+                                                     sampling_rate=16000, format="wav", **padding)
+    text = [f"{processor.audio_token} {p}" for p in prompts]
+    return processor(text=text, audio=clips, sampling_rate=16000, return_tensors="pt", **padding)
+
+
+def _skip_unless_exported(model_type):
+    if model_type not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"{model_type} is not in this transformers")
+    if model_type == "voxtral" and transformers.__version__ < "5":
+        pytest.skip("transformers 4's Voxtral has no get_audio_features: refused in one line")
+
+
 @pytest.mark.parametrize("model_type", MODELS)
 def test_components_load_in_ort_speech_seq2seq_and_generate_like_pytorch(model_type, tmp_path):
     from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
 
-    if model_type not in CONFIG_MAPPING_NAMES:
-        pytest.skip(f"{model_type} is not in this transformers")
+    _skip_unless_exported(model_type)
     ckpt = save_tiny_speech_lm(model_type, tmp_path / "ckpt")
     out = tmp_path / "onnx"
     run = optimum_cli("export", "onnx", "--dynamo", "--model", ckpt, "--task", TASK, out)  # as users type it
@@ -47,11 +67,10 @@ def test_components_load_in_ort_speech_seq2seq_and_generate_like_pytorch(model_t
     assert type(model).__name__ == "ORTModelForSpeechLM"
     processor = AutoProcessor.from_pretrained(out)
     reference = AutoModelForSeq2SeqLM.from_pretrained(ckpt).eval()
-    token = processor.audio_token
-    prompts = [f"{token} hello there", f"{token} the quick brown fox jumps"]
     for padding in PADDINGS.get(model_type, ({},)):
-        batch = processor(text=prompts, audio=_clips(0.8, 1.4), sampling_rate=16000, return_tensors="pt", **padding)
-        assert batch["attention_mask"][0].min() == 0  # left-padded prompts
+        batch = _batch(processor, ckpt, _clips(*SECONDS.get(model_type, (0.8, 1.4))),
+                       ["hello there", "the quick brown fox jumps"], **padding)
+        assert batch["attention_mask"][:, 0].min() == 0  # left-padded prompts
         with torch.no_grad():
             expected = reference.generate(**batch, **GREEDY)
         got = model.generate(**batch, **GREEDY)
@@ -75,13 +94,12 @@ def test_components_load_in_ort_speech_seq2seq_and_generate_like_pytorch(model_t
 def test_from_pretrained_export_and_save_round_trip(model_type, tmp_path):
     from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
 
-    if model_type not in CONFIG_MAPPING_NAMES:
-        pytest.skip(f"{model_type} is not in this transformers")
+    _skip_unless_exported(model_type)
     ckpt = save_tiny_speech_lm(model_type, tmp_path / "ckpt")
     model = ORTModelForSpeechSeq2Seq.from_pretrained(ckpt, export=True, dynamo=True)
     model.save_pretrained(tmp_path / "saved")
     again = ORTModelForSpeechSeq2Seq.from_pretrained(tmp_path / "saved")
     processor = AutoProcessor.from_pretrained(ckpt)
-    batch = processor(text=[f"{processor.audio_token} hello"], audio=_clips(1.1), sampling_rate=16000, return_tensors="pt")
+    batch = _batch(processor, ckpt, _clips(1.1), ["hello"])
     first, second = (m.generate(**batch, **GREEDY) for m in (model, again))
     assert type(again).__name__ == "ORTModelForSpeechLM" and torch.equal(first.sequences, second.sequences)

@@ -567,18 +567,61 @@ _SPEECH_LM = {
                                     "{% if c['type'] == 'audio' %}<|audio_start|><|audio_pad|><|audio_end|>"
                                     "{% else %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
                                     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
+    # a Whisper-style tower over mistral-common's 30-s chunks (3000 frames of 128 mel bins, 375 audio tokens each;
+    # its projector stacks 4 frames: intermediate_size = 4 x hidden_size), a Tekken tokenizer whose [AUDIO] is id 24
+    # (the processor's own constant)
+    "voxtral": dict(audio=dict(model_type="voxtral_encoder", hidden_size=32, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_mel_bins=128),
+                    processor="VoxtralProcessor", token="[AUDIO]", text="llama", tokenizer="tekken", chunk_length=30),
 }
+
+# Tekken's control tokens by rank (mistral-common's order; the rest of the ranks are fillers)
+_TEKKEN_SPECIALS = dict(enumerate(
+    ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+     "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]",
+     "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]"]))
+_TEKKEN_SPECIALS.update({24: "[AUDIO]", 25: "[BEGIN_AUDIO]", 32: "[ARGS]", 33: "[CALL_ID]", 34: "[TRANSCRIBE]"})
+
+
+def tiny_tekken(specials: int = 40):
+    """A mistral-common Tekken tokenizer (transformers' MistralCommonBackend): the 256 bytes, `specials` control
+    tokens, and Voxtral's audio section (16 kHz, 12.5 audio tokens a second, 128 mel bins, 30-s chunks)."""
+    import base64
+    import json
+    import tempfile
+
+    import transformers
+
+    tekken = {
+        "config": {"pattern": r"\s*[\r\n]+|\s+(?!\S)|\s+|[^\s]+", "num_vocab_tokens": 256, "version": "v7",
+                   "default_vocab_size": 256 + specials, "default_num_special_tokens": specials},
+        "vocab": [{"rank": i, "token_bytes": base64.b64encode(bytes([i])).decode(), "token_str": None} for i in range(256)],
+        "special_tokens": [{"rank": i, "token_str": _TEKKEN_SPECIALS.get(i, f"<SPECIAL_{i}>"), "is_control": True}
+                           for i in range(specials)],
+        "version": 1, "type": "Tekken",
+        "audio": {"sampling_rate": 16000, "frame_rate": 12.5, "chunk_length_s": 30.0,
+                  "audio_encoding_config": {"num_mel_bins": 128, "hop_length": 160, "window_size": 400}},
+    }
+    source = Path(tempfile.mkdtemp()) / "tekken.json"  # saved apart: transformers 4 cannot save a tokenizer over its file
+    source.write_text(json.dumps(tekken))
+    backend = getattr(transformers, "MistralCommonBackend", None) or transformers.MistralCommonTokenizer
+    return backend.from_pretrained(str(source.parent))
 
 
 def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bare: bool = False) -> Path:
     """Write a tiny speech LLM (a type of `_SPEECH_LM`: an audio tower feeding a llama) and its processor (Whisper's
-    feature extractor, 16 mel bins, clips up to 2 s) to `path` (`bare`: the model only)."""
+    feature extractor, 16 mel bins, clips up to 2 s, unless its spec says otherwise) to `path` (`bare`: the model
+    only)."""
     import transformers
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig, WhisperFeatureExtractor
 
     path, spec = Path(path), _SPEECH_LM[model_type]
-    tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"], **spec.get("tokens", {})})
-    text = dict(_DECODER, model_type=spec["text"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if spec.get("tokenizer") == "tekken":
+        tokenizer = tiny_tekken()
+    else:
+        tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"], **spec.get("tokens", {})})
+    text = dict(_DECODER, model_type=spec["text"], vocab_size=max(_DECODER["vocab_size"], len(tokenizer)),
+                pad_token_id=0, bos_token_id=1, eos_token_id=2)
     config = AutoConfig.for_model(model_type, text_config=text, audio_config=spec["audio"],
                                   audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]), **spec.get("config", {}))
     torch.manual_seed(seed)
@@ -587,7 +630,7 @@ def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bar
     model.save_pretrained(path)
     if not bare:
         extractor_class = getattr(transformers, spec.get("extractor", "WhisperFeatureExtractor"))
-        chunks = {"chunk_length": 2} if extractor_class is WhisperFeatureExtractor else {}
+        chunks = {"chunk_length": spec.get("chunk_length", 2)} if extractor_class is WhisperFeatureExtractor else {}
         extractor = extractor_class(feature_size=spec["audio"]["num_mel_bins"], **chunks)
         template = {"chat_template": spec["chat_template"]} if "chat_template" in spec else {}
         getattr(transformers, spec["processor"])(extractor, tokenizer, **template).save_pretrained(path)

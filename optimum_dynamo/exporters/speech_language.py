@@ -42,12 +42,29 @@ def default_clips(rate: int = SAMPLING_RATE, seconds: tuple[float, ...] = (1.0, 
     return [(0.1 * rng.standard_normal(int(rate * s))).astype(np.float32) for s in seconds]
 
 
-def processor_inputs(processor, clips: list, prompt: str | None, **kwargs) -> dict:
-    """The processor's inputs for `clips`, as users make them: its transcription request where it has one and a
-    chat template, else its audio placeholder before `prompt` (one per clip); `kwargs`: the processor's own."""
+def takes_audio(processor) -> bool:
+    """Whether the processor's call takes clips beside a prompt (Voxtral's takes text only: its audio goes through its
+    transcription request)."""
+    return "audio" in inspect.signature(processor.__call__).parameters
+
+
+def processor_inputs(processor, clips: list, prompt: str | None, model_id: str = "", **kwargs) -> dict:
+    """The processor's inputs for `clips`, as users make them: its transcription request where it has one and can
+    write it (a chat template, or a processor whose call takes no audio), else its audio placeholder before `prompt`
+    (one per clip); `kwargs`: the processor's own; `model_id`: the checkpoint, where the request names it."""
     rate = getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE)
-    if prompt is None and getattr(processor, "chat_template", None) and hasattr(processor, "apply_transcription_request"):
-        return dict(processor.apply_transcription_request(clips, sampling_rate=rate, **kwargs))
+    request = getattr(processor, "apply_transcription_request", None)
+    if prompt is None and request and (getattr(processor, "chat_template", None) or not takes_audio(processor)):
+        params = inspect.signature(request).parameters
+        named = {"model_id": model_id} if "model_id" in params else {}
+        if "format" in params:  # Voxtral's encodes each clip in an audio container first
+            named["format"] = "wav"
+        if "language" in params and params["language"].default is inspect.Parameter.empty:
+            named["language"] = [None] * len(clips)  # transformers 4's Voxtral asks; None: detected (5's default)
+        return dict(request(audio=clips, sampling_rate=rate, **named, **kwargs))
+    if not takes_audio(processor):
+        raise ExportError(f"{type(processor).__name__} takes clips through its transcription request only: the export "
+                          "cannot run it on a prompt of its own")
     token = getattr(processor, "audio_token", None)
     if token is None:
         raise ExportError(f"{type(processor).__name__} has no audio placeholder (audio_token) and no chat template: "
@@ -91,7 +108,7 @@ def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, m
     if len(language) != 1:
         raise ExportError(f"cannot tell the language model among {[n for n, _ in inner.named_children()]}")
     clips = clips or default_clips(getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE))
-    inputs = processor_inputs(processor, clips, prompt)
+    inputs = processor_inputs(processor, clips, prompt, model.name_or_path)
     with observe(top=model, embed=embeddings, language=language[0]) as obs, torch.no_grad():
         tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
     for observer in obs.values():
@@ -129,7 +146,9 @@ def audio_observer(model, inputs: dict, language: Call, token_id: int, processor
     calls = [Call(given, merged_rows(wrapper, given, language, inputs["input_ids"], token_id, "audio"))]
     # a clip padded to its own length, not the processor's window: where the tower takes it (GLM-ASR; Whisper-style
     # towers take their full window only), the number of frames is dynamic
-    other = audio_inputs(model, processor_inputs(processor, default_clips(seconds=(1.6,), seed=1), "other", padding=True))
+    one = default_clips(seconds=(1.6,), seed=1)
+    other = audio_inputs(model, processor_inputs(processor, one, "other" if takes_audio(processor) else None,
+                                                 model.name_or_path, padding=True))
     if {k: tuple(v.shape) for k, v in other.items()} != {k: tuple(v.shape) for k, v in given.items()}:
         try:
             with torch.no_grad():
