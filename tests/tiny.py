@@ -573,6 +573,15 @@ _SPEECH_LM = {
     "voxtral": dict(audio=dict(model_type="voxtral_encoder", hidden_size=32, intermediate_size=128, num_hidden_layers=2,
                                num_attention_heads=4, num_mel_bins=128),
                     processor="VoxtralProcessor", token="[AUDIO]", text="llama", tokenizer="tekken", chunk_length=30),
+    # a conformer over pairs of 80-bin frames (50 a second), attending within contexts of 20 frames, and a Q-Former
+    # projector over windows of 15 (3 rows each); its own extractor (torchaudio), no LoRA adapter (it needs peft)
+    "granite_speech": dict(sub_configs=dict(
+        encoder_config=dict(model_type="granite_speech_encoder", input_dim=160, num_layers=2, hidden_dim=32,
+                            feedforward_mult=2, num_heads=4, output_dim=16, context_size=20, max_pos_emb=64),
+        projector_config=dict(model_type="blip_2_qformer", hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                              intermediate_size=64, encoder_hidden_size=32, cross_attention_frequency=1)),
+        config=dict(has_lora_adapter=False), processor="GraniteSpeechProcessor", token="<|audio|>", text="granite",
+        extractor="GraniteSpeechFeatureExtractor", extractor_args={}),
 }
 
 # Tekken's control tokens by rank (mistral-common's order; the rest of the ranks are fillers)
@@ -622,8 +631,9 @@ def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bar
         tokenizer = tiny_tokenizer(_DECODER["vocab_size"], extra={"audio_token": spec["token"], **spec.get("tokens", {})})
     text = dict(_DECODER, model_type=spec["text"], vocab_size=max(_DECODER["vocab_size"], len(tokenizer)),
                 pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    config = AutoConfig.for_model(model_type, text_config=text, audio_config=spec["audio"],
-                                  audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]), **spec.get("config", {}))
+    sub_configs = spec.get("sub_configs", {"audio_config": spec.get("audio")})
+    config = AutoConfig.for_model(model_type, text_config=text, **sub_configs, **spec.get("config", {}),
+                                  audio_token_id=tokenizer.convert_tokens_to_ids(spec["token"]))
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(config).eval()
     model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -631,7 +641,8 @@ def save_tiny_speech_lm(model_type: str, path: str | Path, *, seed: int = 0, bar
     if not bare:
         extractor_class = getattr(transformers, spec.get("extractor", "WhisperFeatureExtractor"))
         chunks = {"chunk_length": spec.get("chunk_length", 2)} if extractor_class is WhisperFeatureExtractor else {}
-        extractor = extractor_class(feature_size=spec["audio"]["num_mel_bins"], **chunks)
+        sizes = spec.get("extractor_args", {"feature_size": spec.get("audio", {}).get("num_mel_bins")})
+        extractor = extractor_class(**sizes, **chunks)
         template = {"chat_template": spec["chat_template"]} if "chat_template" in spec else {}
         getattr(transformers, spec["processor"])(extractor, tokenizer, **template).save_pretrained(path)
     return path

@@ -42,6 +42,12 @@ def default_clips(rate: int = SAMPLING_RATE, seconds: tuple[float, ...] = (1.0, 
     return [(0.1 * rng.standard_normal(int(rate * s))).astype(np.float32) for s in seconds]
 
 
+def sampling_rate(processor) -> int:
+    """The rate of the processor's audio extractor (`feature_extractor`; Granite Speech's `audio_processor`)."""
+    extractor = getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
+    return getattr(extractor, "sampling_rate", SAMPLING_RATE)
+
+
 def takes_audio(processor) -> bool:
     """Whether the processor's call takes clips beside a prompt (Voxtral's takes text only: its audio goes through its
     transcription request)."""
@@ -52,7 +58,7 @@ def processor_inputs(processor, clips: list, prompt: str | None, model_id: str =
     """The processor's inputs for `clips`, as users make them: its transcription request where it has one and can
     write it (a chat template, or a processor whose call takes no audio), else its audio placeholder before `prompt`
     (one per clip); `kwargs`: the processor's own; `model_id`: the checkpoint, where the request names it."""
-    rate = getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE)
+    rate = sampling_rate(processor)
     request = getattr(processor, "apply_transcription_request", None)
     if prompt is None and request and (getattr(processor, "chat_template", None) or not takes_audio(processor)):
         params = inspect.signature(request).parameters
@@ -77,24 +83,44 @@ def processor_inputs(processor, clips: list, prompt: str | None, model_id: str =
 
 class AudioFeatures(torch.nn.Module):
     """The model's own `get_audio_features` on the processor's audio tensors: one row per audio token, the clips
-    in order (transformers 5 returns them as the output's `pooler_output`)."""
+    in order (transformers 5 returns them as the output's `pooler_output`); `masks`: the processor's masks of those
+    rows, applied after it as the model applies them (Granite Speech's `input_features_mask`)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, masks: tuple[str, ...] = ()):
         super().__init__()
-        self.model = model
+        self.model, self.masks = model, masks
 
     def forward(self, **audio):
+        masks = [audio.pop(name) for name in self.masks]
         out = self.model.get_audio_features(**audio)
         if not isinstance(out, torch.Tensor):
             out = out.pooler_output
+        for mask in masks:
+            out = out[mask]
         return out.reshape(-1, out.shape[-1])
 
 
+def features_params(model) -> dict:
+    """The parameters of the model's `get_audio_features` (the inner model's: the top model's own may take
+    (*args, **kwargs) and pass them on)."""
+    inner = getattr(model, "model", None)
+    return inspect.signature(getattr(inner, "get_audio_features", model.get_audio_features)).parameters
+
+
 def audio_inputs(model, inputs: dict) -> dict[str, torch.Tensor]:
-    """The processor's tensors `get_audio_features` takes (features and their mask, whatever their names)."""
-    inner = getattr(model, "model", None)  # the top model's own may take (*args, **kwargs) and pass them on
-    params = inspect.signature(getattr(inner, "get_audio_features", model.get_audio_features)).parameters
-    return {k: v for k, v in inputs.items() if k in params and isinstance(v, torch.Tensor)}
+    """The processor's tensors `get_audio_features` takes (features and their mask, whatever their names), then its
+    row masks (`row_masks`)."""
+    params = features_params(model)
+    taken = {k: v for k, v in inputs.items() if k in params and isinstance(v, torch.Tensor)}
+    return {**taken, **{k: inputs[k] for k in row_masks(model, inputs)}}
+
+
+def row_masks(model, inputs: dict) -> list[str]:
+    """The processor's boolean (clip, row) tensors that the model's forward takes and `get_audio_features` does not:
+    masks of the valid rows of its output, which the model applies before merging them (Granite Speech)."""
+    params, forward = features_params(model), inspect.signature(model.forward).parameters
+    return [k for k, v in inputs.items() if k not in params and k in forward and k.endswith("mask")
+            and k != "attention_mask" and isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.dim() == 2]
 
 
 def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, max_new_tokens: int = 4):
@@ -107,7 +133,7 @@ def observe_speech_lm(model, processor, clips=None, prompt: str | None = None, m
     language = [m for m in inner.children() if holds_embeddings(m, embeddings)]
     if len(language) != 1:
         raise ExportError(f"cannot tell the language model among {[n for n, _ in inner.named_children()]}")
-    clips = clips or default_clips(getattr(getattr(processor, "feature_extractor", None), "sampling_rate", SAMPLING_RATE))
+    clips = clips or default_clips(sampling_rate(processor))
     inputs = processor_inputs(processor, clips, prompt, model.name_or_path)
     with observe(top=model, embed=embeddings, language=language[0]) as obs, torch.no_grad():
         tokens = model.generate(**inputs, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False)
@@ -142,7 +168,7 @@ def audio_observer(model, inputs: dict, language: Call, token_id: int, processor
     (read from the language model's embeddings at the prefill, checked against the wrapper in PyTorch), and a
     second batch of one clip of another length, so the number of frames is dynamic."""
     given = audio_inputs(model, inputs)
-    wrapper = taking(AudioFeatures, list(given))(model)
+    wrapper = taking(AudioFeatures, list(given))(model, tuple(row_masks(model, inputs)))
     calls = [Call(given, merged_rows(wrapper, given, language, inputs["input_ids"], token_id, "audio"))]
     # a clip padded to its own length, not the processor's window: where the tower takes it (GLM-ASR; Whisper-style
     # towers take their full window only), the number of frames is dynamic
@@ -167,7 +193,7 @@ def load_audio_processor(model_id: str, loading: dict):
 
     try:
         processor = AutoProcessor.from_pretrained(model_id, **loading)
-        if hasattr(processor, "feature_extractor"):
+        if hasattr(processor, "feature_extractor") or hasattr(processor, "audio_processor"):
             return processor
         got = f"got a {type(processor).__name__} only"
     except Exception as e:

@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (register their patches)
     transformers_eos_pooling,
     transformers_funnel,
     transformers_git,
+    transformers_granite_speech,
     transformers_gqa,
     transformers_idefics,
     transformers_image_splits,
