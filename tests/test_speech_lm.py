@@ -19,11 +19,13 @@ TASK = "automatic-speech-recognition"
 ATOL = 1e-4
 PROGRAM = "optimum-cli export onnx --dynamo: error: "
 # transformers 5 only (Qwen3-ASR: 5.24; transformers 4's Voxtral has no `get_audio_features`, refused in one line);
-# AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) under `slow`
-MODELS = ["glmasr", "qwen3_asr", "voxtral", "granite_speech", pytest.param("audioflamingo3", marks=pytest.mark.slow)]
+# AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) and Granite Speech Plus (Granite Speech under
+# other names) under `slow`
+MODELS = ["glmasr", "qwen3_asr", "voxtral", "granite_speech", pytest.param("audioflamingo3", marks=pytest.mark.slow),
+          pytest.param("granite_speech_plus", marks=pytest.mark.slow)]
 # Voxtral: a clip over its 30-s chunk (two chunks: the audio graph's rows in order across clips); Granite Speech:
 # 40 frames, two whole contexts of its conformer (the export's clips leave a remainder), beside 70
-SECONDS = {"voxtral": (31.0, 1.4), "granite_speech": (0.8, 1.4)}
+SECONDS = {"voxtral": (31.0, 1.4), "granite_speech": (0.8, 1.4), "granite_speech_plus": (0.8, 1.4)}
 # the processor's own padding (the feature extractor's window), then, where the tower takes any number of frames, the
 # clips' longest
 PADDINGS = {"glmasr": ({}, {"padding": True})}
@@ -50,7 +52,7 @@ def _skip_unless_exported(model_type):
         pytest.skip(f"{model_type} is not in this transformers")
     if model_type == "voxtral" and transformers.__version__ < "5":
         pytest.skip("transformers 4's Voxtral has no get_audio_features: refused in one line")
-    if model_type == "granite_speech" and transformers.__version__ < "5":
+    if model_type.startswith("granite_speech") and transformers.__version__ < "5":
         pytest.skip("Granite Speech is exported on transformers 5 (its conformer patch is for 5's attention)")
 
 

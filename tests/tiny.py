@@ -583,6 +583,10 @@ _SPEECH_LM = {
         config=dict(has_lora_adapter=False), processor="GraniteSpeechProcessor", token="<|audio|>", text="granite",
         extractor="GraniteSpeechFeatureExtractor", extractor_args={}),
 }
+# Granite Speech Plus (transformers 5.24): the same model under its own names
+_GRANITE = _SPEECH_LM["granite_speech"]["sub_configs"]
+_SPEECH_LM["granite_speech_plus"] = dict(_SPEECH_LM["granite_speech"], sub_configs=dict(
+    _GRANITE, encoder_config=dict(_GRANITE["encoder_config"], model_type="granite_speech_plus_encoder")))
 
 # Tekken's control tokens by rank (mistral-common's order; the rest of the ranks are fillers)
 _TEKKEN_SPECIALS = dict(enumerate(

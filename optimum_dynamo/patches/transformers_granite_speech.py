@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from .registry import register_patch
 
 _MODULE = "transformers.models.granite_speech.modeling_granite_speech"
+_PLUS = "transformers.models.granite_speech_plus.modeling_granite_speech_plus"  # Granite Speech Plus: the same code
 _VERSIONS = {"transformers": ">=5.0"}
 
 
@@ -28,6 +29,8 @@ def _blocks(frames, size: int):
 
 
 @register_patch(f"{_MODULE}.GraniteSpeechConformerAttention.forward", versions=_VERSIONS,
+                reason="blocks of any number of frames: the last block's padded keys masked with tensor ops")
+@register_patch(f"{_PLUS}.GraniteSpeechPlusConformerAttention.forward", versions=_VERSIONS,
                 reason="blocks of any number of frames: the last block's padded keys masked with tensor ops")
 def conformer_blocks(self, hidden_states, attention_dists):
     hidden_states = self.pre_norm(hidden_states)
@@ -52,6 +55,8 @@ def conformer_blocks(self, hidden_states, attention_dists):
 
 
 @register_patch(f"{_MODULE}.GraniteSpeechEncoderProjector.forward", versions=_VERSIONS,
+                reason="windows of any number of frames, counted by floor division")
+@register_patch(f"{_PLUS}.GraniteSpeechPlusEncoderProjector.forward", versions=_VERSIONS,
                 reason="windows of any number of frames, counted by floor division")
 def projector_windows(self, hidden_states):
     batch_size, frames, dim = hidden_states.shape
