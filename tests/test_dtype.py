@@ -24,7 +24,7 @@ def fp16_export(checkpoints, tmp_path_factory):
     return out
 
 
-@pytest.mark.once("t5")
+@pytest.mark.once("t4")
 def test_weights_and_io_are_float16(fp16_export, checkpoints):
     import math
 

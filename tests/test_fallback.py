@@ -150,7 +150,7 @@ def test_bad_input_never_falls_back(checkpoints, tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.once("t5")
+@pytest.mark.once("t4")
 def test_mpt_ends_with_a_working_export(tmp_path):
     """mpt was reported to end with no export on transformers 4 (a capture without past, then a graph that is
     not optimum's): the real CLI must end with a working export, dynamo or the fallback with its reason."""

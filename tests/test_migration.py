@@ -101,7 +101,7 @@ main_export(sys.argv[1], sys.argv[2], task="text-generation-with-past", **json.l
 """
 
 
-@pytest.mark.once("t5")
+@pytest.mark.once("t4")
 @pytest.mark.parametrize("kwargs, expected", [({}, "dynamo"), ({"dynamo": False}, "torchscript")])
 def test_switch_makes_main_export_dynamo(monkeypatch, checkpoints, tmp_path, kwargs, expected):
     """optimum's `main_export` in a fresh process: the switch chooses dynamo, `dynamo=False` goes back."""

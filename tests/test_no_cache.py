@@ -41,7 +41,7 @@ def test_with_past_without_a_cache_is_one_line_and_nothing_written(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.once("t5")
+@pytest.mark.once("t4")
 def test_the_advised_task_exports_a_graph_the_runtime_runs(tmp_path):
     """`--task text-generation` (what the refusal advises): captured as `generate` runs without a cache, the
     whole sequence in every call, which is how ORTModelForCausalLM(use_cache=False) runs the graph."""
