@@ -73,11 +73,11 @@ wheel: $(if $(WHEEL_BUILT),,env-t4)
 	$(if $(WHEEL_BUILT),,.venv-t4/bin/python -m build -q -o dist . >/dev/null)
 
 # $(call smoke_env,NAME,REQUIREMENTS,WHEEL,ONNX): a fresh .venv-smoke-NAME with REQUIREMENTS (without
-# sentence-transformers, mistral-common and the executorch extra), the wheel as WHEEL says (T4: with its optimum-onnx
-# extra, then `pip check`), the optimum-onnx ONNX installed --no-deps over whatever is there (transformers 5).
+# sentence-transformers, mistral-common, torchaudio and the executorch extra), the wheel as WHEEL says (T4: with its
+# optimum-onnx extra, then `pip check`), the optimum-onnx ONNX installed --no-deps over whatever is there (T5).
 define smoke_env
 	rm -rf .venv-smoke-$(1) && $(PYTHON) -m venv .venv-smoke-$(1)
-	grep -v -E '^(executorch|accelerate|torchvision|sentence-transformers|mistral-common)' $(2) > .venv-smoke-$(1)/requirements.txt
+	grep -v -E '^(executorch|accelerate|torchvision|torchaudio|sentence-transformers|mistral-common)' $(2) > .venv-smoke-$(1)/requirements.txt
 	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q -r .venv-smoke-$(1)/requirements.txt
 	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q $(3)
 	$(if $(findstring optimum-onnx,$(3)),.venv-smoke-$(1)/bin/pip check)
