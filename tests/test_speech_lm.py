@@ -18,7 +18,7 @@ from tiny import save_tiny_speech_lm
 TASK = "automatic-speech-recognition"
 ATOL = 1e-4
 PROGRAM = "optimum-cli export onnx --dynamo: error: "
-# transformers 5 only (Qwen3-ASR: 5.24; transformers 4's Voxtral has no `get_audio_features`, refused in one line);
+# transformers 5 only (Qwen3-ASR: 5.24; transformers 4's Voxtral and Granite Speech are refused in one line);
 # AudioFlamingo 3 (a Whisper-style tower, frames fixed at its window) and Granite Speech Plus (Granite Speech under
 # other names) under `slow`
 MODELS = ["glmasr", "qwen3_asr", "voxtral", "granite_speech", pytest.param("audioflamingo3", marks=pytest.mark.slow),
@@ -53,7 +53,7 @@ def _skip_unless_exported(model_type):
     if model_type == "voxtral" and transformers.__version__ < "5":
         pytest.skip("transformers 4's Voxtral has no get_audio_features: refused in one line")
     if model_type.startswith("granite_speech") and transformers.__version__ < "5":
-        pytest.skip("Granite Speech is exported on transformers 5 (its conformer patch is for 5's attention)")
+        pytest.skip("transformers 4's Granite Speech has no inner model: refused in one line")
 
 
 @pytest.mark.parametrize("model_type", MODELS)
