@@ -3,7 +3,7 @@
 Call `install()` before importing optimum.exporters.onnx or optimum.onnxruntime.
 """
 
-from . import ort_audio, ort_optimizer, ort_runtime, ort_seq2seq, ort_speech_lm, transformers5
+from . import ort_absorbed_inputs, ort_audio, ort_optimizer, ort_runtime, ort_seq2seq, ort_speech_lm, transformers5
 
 
 def install() -> None:
@@ -13,4 +13,5 @@ def install() -> None:
     ort_audio.install()
     ort_speech_lm.install()
     ort_seq2seq.install()
+    ort_absorbed_inputs.install()
     ort_optimizer.install()

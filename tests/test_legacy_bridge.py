@@ -192,6 +192,22 @@ print(f"{elapsed:.4f}")
     assert float(out.stdout.split()[-1]) < 0.5
 
 
+def test_absorbed_inputs_are_what_the_pytorch_class_drops_in_generation():
+    """`ORTModelForSpeechSeq2Seq.generate` drops what the PyTorch class for the config takes in its own
+    `prepare_inputs_for_generation` and not in `forward` (Cohere ASR's `audio_chunk_index`); nothing for the others.
+    End to end (a Cohere ASR export fed its extractor's whole output): test_seq2seq_cli, `slow`."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from legacy_bridge.ort_absorbed_inputs import absorbed
+
+    for model_type in ("whisper", "speech_to_text", "moonshine", "seamless_m4t"):
+        assert absorbed(AutoConfig.for_model(model_type)) == frozenset(), model_type
+    assert absorbed(AutoConfig.for_model("llama")) == frozenset()  # not of the speech mapping
+    if "cohere_asr" in CONFIG_MAPPING_NAMES:
+        assert absorbed(AutoConfig.for_model("cohere_asr")) == {"audio_chunk_index"}
+
+
 # ── End to end: a grouped-query gemma2 exported with torch.onnx.export(dynamo=True), run by ORTModelForCausalLM ──
 
 

@@ -2,7 +2,6 @@
 encoder + decoder + decoder-with-past graphs in optimum's layout, greedy tokens and every step's scores
 equal to PyTorch's on a padded batch."""
 
-import inspect
 
 import onnx
 import onnxruntime as ort
@@ -261,7 +260,8 @@ def _speech_with_mask(model_type, ckpt):
 def test_a_speech_encoder_with_a_mask_through_ort_speech_seq2seq(model_type, main, tmp_path):
     """The capture runs the extractor with its mask, as the ASR pipeline does, so both graphs take it (optimum's
     runtime feeds it to both), and a padded batch of two clips of other lengths generates PyTorch's tokens and
-    scores."""
+    scores. Both get the extractor's whole output, as users pass it: Cohere ASR's adds its chunks' bookkeeping
+    (`audio_chunk_index`), which its PyTorch class absorbs in generation and the bridge drops for optimum's."""
     import numpy as np
     from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -275,9 +275,6 @@ def test_a_speech_encoder_with_a_mask_through_ort_speech_seq2seq(model_type, mai
     rng = np.random.default_rng(1)
     waves = [0.3 * rng.standard_normal(n).astype(np.float32) for n in (11000, 6000)]
     features = extractor(waves, sampling_rate=16000, return_tensors="pt", padding=True)
-    # what the model takes (Cohere ASR's extractor adds its chunks' bookkeeping, `audio_chunk_index`, which its
-    # PyTorch class drops in prepare_inputs_for_generation and optimum's refuses)
-    features = {k: v for k, v in features.items() if k in inspect.signature(torch_model.forward).parameters}
     assert not features["attention_mask"].all()
     with torch.no_grad():
         expected = torch_model.generate(**features, **KW)
