@@ -31,10 +31,22 @@ def cache_dims(model) -> tuple[int | None, int | None]:
     kv_heads, head_dim = (shape[1], shape[3]) if len(shape) == 4 else (None, None)
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     if not isinstance(kv_heads, int):
-        kv_heads = getattr(config, "num_key_value_heads", None)
+        kv_heads = global_size(config, "num_key_value_heads")
     if not isinstance(head_dim, int):
-        head_dim = getattr(config, "head_dim", None)
+        head_dim = global_size(config, "head_dim")
     return kv_heads, head_dim
+
+
+def global_size(config, name: str, absent=None):
+    """`config.<name>`: `absent` where the config has none, None where it varies per layer (transformers 5.24's
+    per-layer configs, gemma4's `head_dim`, refuse a global read: the graph's cache shapes then give each
+    layer's)."""
+    try:
+        return getattr(config, name, absent)
+    except RuntimeError as error:
+        if type(error).__name__ != "AmbiguousGlobalPerLayerAttributeError":
+            raise
+        return None
 
 
 def _standard_cache(model) -> bool:
@@ -97,9 +109,10 @@ def lift_text_sizes(config, decoder: bool | None = None) -> None:
     text = config.get_text_config(decoder=decoder) if has else config
     if text is None or text is config:
         return
+    missing = object()
     for name in _TEXT_SIZES:
-        if not hasattr(config, name) and getattr(text, name, None) is not None:
-            setattr(config, name, getattr(text, name))
+        if global_size(config, name, missing) is missing and (value := global_size(text, name)) is not None:
+            setattr(config, name, value)
 
 
 def _past_length(past_key_values) -> int:

@@ -208,6 +208,23 @@ def test_absorbed_inputs_are_what_the_pytorch_class_drops_in_generation():
         assert absorbed(AutoConfig.for_model("cohere_asr")) == {"audio_chunk_index"}
 
 
+@pytest.mark.skipif(TRANSFORMERS < Version("5.24"), reason="per-layer configs are new in transformers 5.24")
+def test_text_sizes_lifted_from_a_per_layer_config():
+    """gemma4's text config (5.24) refuses a global read of `head_dim`, which varies per layer: the runtime lifts
+    the other sizes onto the composite config and leaves `head_dim` to the graph's cache shapes (ORTModelForCausalLM
+    failed to load gemma4 and gemma4_unified; end to end: the causal zoo)."""
+    from transformers import AutoConfig
+
+    from legacy_bridge.ort_runtime import global_size, lift_text_sizes
+
+    config = AutoConfig.for_model("gemma4")
+    text = config.get_text_config()
+    assert global_size(text, "head_dim") is None and global_size(text, "absent_size", "x") == "x"
+    lift_text_sizes(config)
+    assert (config.hidden_size, config.num_attention_heads) == (text.hidden_size, text.num_attention_heads)
+    assert "head_dim" not in vars(config)
+
+
 # ── End to end: a grouped-query gemma2 exported with torch.onnx.export(dynamo=True), run by ORTModelForCausalLM ──
 
 

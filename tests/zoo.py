@@ -7,6 +7,8 @@ Every step runs in a child process; one row per model type.
     python tests/zoo.py --json t5.json [--kind causal|seq2seq|speech|vlm] [--only TYPE ...] [--unlisted] [--merge]
     python tests/zoo.py --table t4.json t5.json [--docs docs/status.md]      # the tables (into the docs' zoo section)
 
+With `--docs`, the sections of mappings without results in the files given stay as the page has them.
+
 `--kind vlm` (image-text-to-text) also builds a tiny processor and records the stage a row fails at.
 `make zoo` runs both environments and rewrites the zoo section of docs/status.md.
 """
@@ -70,7 +72,7 @@ TINY = dict(
     use_mambapy=False, use_mamba_kernels=False,
     encoder_layers=2, decoder_layers=2, num_decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
     encoder_ffn_dim=64, decoder_ffn_dim=64, d_kv=8, num_mel_bins=16, max_source_positions=32,
-    max_target_positions=64,
+    max_target_positions=64, vocab_size_per_layer_input=128, hidden_size_per_layer_input=8,
 )
 # Per model type, only where the generic shrink cannot work, each with its reason.
 OVERRIDES: dict[str, tuple[dict, str]] = {
@@ -161,6 +163,7 @@ def _shrunk_sub_config(sub, tiny: dict = TINY, stages: bool = False) -> dict | N
 
     depth = getattr(sub, "num_hidden_layers", None)
     kept = {k: v for k, v in sub.to_dict().items() if not (isinstance(v, list) and depth and len(v) == depth)}
+    kept.pop("per_layer_config", None)  # per-layer overrides of the default depth (gemma4, 5.24): derived again
     for name in getattr(sub, "sub_configs", {}):  # an instance property on some configs of 4.57 (detr)
         if isinstance(getattr(sub, name, None), PretrainedConfig):
             kept[name] = _shrunk_sub_config(getattr(sub, name), tiny, stages) or kept.get(name)
@@ -234,8 +237,7 @@ def _small_token_ids(config) -> None:
     do not use."""
     config.pad_token_id, config.bos_token_id, config.eos_token_id = 0, 1, 2
     top = TINY["vocab_size"] - 1
-    for name in sorted(vars(config)):
-        value = getattr(config, name)
+    for name, value in sorted(vars(config).items()):  # stored values: a per-layer size raises when read (gemma4)
         if name in ("decoder_start_token_id", "decoder_bos_token_id") and isinstance(value, int):
             setattr(config, name, 1)
         elif (name.endswith(("_token_id", "_token_index")) and isinstance(value, int)
@@ -1093,6 +1095,21 @@ def show_table(args: argparse.Namespace, text: str, begin: str = BEGIN, end: str
     args.docs.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
 
 
+def sections(block: str) -> dict[str, str]:
+    """A generated block's `### ` sections by heading line, in order."""
+    parts = re.split(r"^(?=### )", block.strip(), flags=re.M)
+    return {part.splitlines()[0]: part.rstrip() for part in parts if part.startswith("### ")}
+
+
+def kept_sections(docs: Path, text: str) -> str:
+    """`text`'s sections, and the page's sections of the mappings it has no results for (a run of some kinds
+    replaces theirs), in the page's order."""
+    old = sections(docs.read_text().split(BEGIN, 1)[1].split(END, 1)[0])
+    new = sections(text)
+    merged = {**old, **new}
+    return "\n\n".join(merged[heading] for heading in merged)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     shared_arguments(parser)
@@ -1110,7 +1127,8 @@ def main() -> None:
         print(json.dumps(result))
         return
     if args.table:
-        show_table(args, table(args.table))
+        text = table(args.table)
+        show_table(args, kept_sections(args.docs, text) if args.docs else text)
         return
     import tempfile
 
