@@ -28,15 +28,18 @@ TASK = "text-generation" if V5 else "text-generation-with-past"
     pytest.param("xlm-roberta", "padding:0", None, marks=pytest.mark.once("t5")),
     # transformers 4: its own prepare_inputs_for_generation numbers them from the padding index too
     ("xlm-roberta-xl", "padding:0", None if V5 else "padding:0"),
-    ("llama", None, None),
+    ("llama", None, None),  # the session's export (text-generation-with-past), shared with test_decoder_cli
 ])
-def test_plain_call_and_generate_number_positions_as_pytorch_does(model_type, rule, generate_rule, tmp_path):
-    extra = {} if model_type == "llama" else {"is_decoder": True}
-    checkpoint = save_tiny_decoder(model_type, tmp_path / "checkpoint", **extra)
-    out = cli_export(tmp_path / "onnx", "--model", checkpoint, "--task", TASK)
+def test_plain_call_and_generate_number_positions_as_pytorch_does(model_type, rule, generate_rule, checkpoints,
+                                                                   dynamo_exports, tmp_path):
+    if model_type == "llama":
+        checkpoint, out, use_cache = checkpoints(model_type), dynamo_exports(model_type), True
+    else:
+        checkpoint = save_tiny_decoder(model_type, tmp_path / "checkpoint", is_decoder=True)
+        out, use_cache = cli_export(tmp_path / "onnx", "--model", checkpoint, "--task", TASK), not V5
     metadata = {p.key: p.value for p in onnx.load(out / "model.onnx", load_external_data=False).metadata_props}
     assert (metadata.get(METADATA_KEY), metadata.get(GENERATE_KEY)) == (rule, generate_rule)
-    ort_model = ORTModelForCausalLM.from_pretrained(out, use_cache=not V5)
+    ort_model = ORTModelForCausalLM.from_pretrained(out, use_cache=use_cache)
     torch_model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     inputs = padded_batch(AutoTokenizer.from_pretrained(checkpoint))
     assert_causal_lm_parity(ort_model, torch_model, inputs)  # plain call: logits within 1e-4; greedy tokens
