@@ -391,6 +391,7 @@ def test_an_axis_the_model_fixes_is_named(tmp_path):
             "sizes cannot be traced from it); no fallback: --no-fallback") in run.stderr.splitlines()
 
 
+@pytest.mark.once("t4")  # CI: where its patch (eos_pooled_classification) is active (make test-all: both)
 def test_an_encoder_decoder_classifier_exports_without_its_cache(tmp_path):
     """MT5's classifier runs its decoder stack, whose config is a copy of the model's: the capture turns the cache
     off there too (else its calls return a cache the graph does not), and ORTModelForSequenceClassification matches

@@ -14,7 +14,7 @@ from tiny import save_tiny_decoder
 from conftest import optimum_cli
 
 FUSED_MODELS = ["llama", "gemma2", "phi3", "qwen2"]
-ONCE = {"llama": "t5", "phi3": "t5", "qwen2": "t4"}  # CI: in one environment (make test-all: both)
+ONCE = {"llama": "t5", "phi3": "t5", "qwen2": "t4", "gemma2": "t4"}  # CI: in one environment (make test-all: both)
 
 
 def _export(checkpoint, out, *flags):
@@ -131,8 +131,8 @@ def test_o3_keeps_bounded_sliding_caches(model_type, tmp_path):
                             AutoModelForCausalLM.from_pretrained(ckpt).eval(), inputs)
 
 
-@pytest.mark.once("t4")
-@pytest.mark.parametrize("level", ["O1", "O2"])
+@pytest.mark.parametrize("level", [pytest.param("O1", marks=pytest.mark.once("t5")),  # CI: one each
+                                   pytest.param("O2", marks=pytest.mark.once("t4"))])
 def test_o1_o2_standard_onnx_only(level, checkpoints, tmp_path):
     out = tmp_path / level
     _export(checkpoints("llama"), out, "--optimize", level)

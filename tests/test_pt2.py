@@ -103,7 +103,8 @@ def test_manifest_and_package_names(aoti_export):
     assert io == {"inputs": manifest["inputs"], "outputs": manifest["outputs"]}  # the ONNX graph's names
 
 
-@pytest.mark.parametrize("kind", ["pt2", pytest.param("aoti", marks=pytest.mark.once("t5"))])
+@pytest.mark.parametrize("kind", [pytest.param("pt2", marks=pytest.mark.once("t4")),  # CI: one each
+                                  pytest.param("aoti", marks=pytest.mark.once("t5"))])
 def test_reloaded_program_generates_pytorch_greedy_tokens(request, kind):
     """In a fresh process, batch 1 from an empty cache, one token per step after the prompt: `model.pt2` through
     the documented loader with its guards on; the AOTInductor package with torch alone."""

@@ -181,6 +181,7 @@ def test_transformers_4_towers_run_on_grid_inputs_made_outside(tmp_path, model_t
         torch.testing.assert_close(got[name] if isinstance(got, dict) else got, value, atol=1e-6, rtol=0)
 
 
+@pytest.mark.once("t5")  # CI: in one environment (make test-all: both)
 def test_deepstack_features_leave_the_image_graph_and_enter_the_decoder(vlm_exports):
     """Qwen3-VL adds features of the tower's early layers to the hidden states of the decoder's first layers at the
     image positions: the image graph returns them, the decoder takes them placed at every position (batch first)."""

@@ -21,7 +21,6 @@ SUBSET = {
     ("vlm", "git"): "pass",  # the image a prefix of the text, no inner model: the model's own steps (vlm_steps)
     ("vlm", "idefics"): "pass",  # cross-attention to image states the prompt's step returns and decode steps read
     ("vlm", "kosmos-2"): "pass",  # generate encodes the image, then steps its text model: an image graph + the steps
-    ("vlm", "llava_onevision"): "pass",  # any-resolution tiles packed in the runtime (its processor needs torchvision)
 }
 # under `slow` (make test-all) for CI's time: their patches have unit tests of their own (test_patches.py:
 # dense experts, complex rope) and afmoe's drawn router test_zero_linears_are_drawn
@@ -34,6 +33,9 @@ SLOW = {
     ("seq2seq", "nllb-moe"): "dynamo",  # transformers 5 reads `router_logits` from the encoder's own output class
     # per-layer router tuples among the encoder's outputs; transformers 5 passes use_cache on to its encoder
     ("seq2seq", "switch_transformers"): "dynamo",
+    # any-resolution tiles packed in the runtime (its processor needs torchvision): test_vlm_runtime's llava_next
+    # tiles images of other sizes and several images a prompt through the same runtime code
+    ("vlm", "llava_onevision"): "pass",
 }
 # SUBSET rows under `slow` on transformers 5 only (CI's time): their patches are 4.57's, or the exporter code is
 # the same as a row's that runs there (git's: the model's own steps)
