@@ -10,8 +10,6 @@ OPTIMUM_ONNX_MAIN := $(abspath $(firstword $(shell ls -t $(CURDIR)/../shared/ven
 
 .PHONY: bench-big lane-t4 lane-t5 zoo zoo-tasks env-genai anchor env-t3 env-t4 env-t5 env-t4main test-t3 test-t4main test test-t4 test-t5 test-all smoke smoke-env-t4 smoke-t4 smoke-t5 smoke-t4main smoke-t5main wheel demo bench docs clean matrix
 
-# --no-compile for the environments' packages (torch, transformers, ...): Python compiles a module when it is first
-# imported; pip would compile all of their 20,000 files, most never imported here (about 80 s of CPU a venv)
 env-t3: .venv-t3/.done
 env-t4: .venv-t4/.done
 env-t5: .venv-t5/.done
@@ -24,7 +22,7 @@ env-t5: .venv-t5/.done
 
 .venv-t4/.done: .ci/t4.txt pyproject.toml
 	$(PYTHON) -m venv .venv-t4
-	.venv-t4/bin/pip install -q --no-compile -r .ci/t4.txt
+	.venv-t4/bin/pip install -q -r .ci/t4.txt
 	.venv-t4/bin/pip install -q --no-deps -e .
 	.venv-t4/bin/pip check
 	touch $@
@@ -33,7 +31,7 @@ env-t5: .venv-t5/.done
 # this install only (PIP_CONSTRAINT=/dev/null).
 .venv-t5/.done: .ci/newest.txt pyproject.toml
 	$(PYTHON) -m venv .venv-t5
-	PIP_CONSTRAINT=/dev/null .venv-t5/bin/pip install -q --no-compile -r .ci/newest.txt
+	PIP_CONSTRAINT=/dev/null .venv-t5/bin/pip install -q -r .ci/newest.txt
 	.venv-t5/bin/pip install -q --no-deps optimum-executorch==1.1.0
 	.venv-t5/bin/pip install -q --no-deps optimum-onnx==0.1.0
 	.venv-t5/bin/pip install -q --no-deps -e .
@@ -80,7 +78,7 @@ wheel: $(if $(WHEEL_BUILT),,env-t4)
 define smoke_env
 	rm -rf .venv-smoke-$(1) && $(PYTHON) -m venv .venv-smoke-$(1)
 	grep -v -E '^(executorch|accelerate|torchvision|torchaudio|sentence-transformers|mistral-common)' $(2) > .venv-smoke-$(1)/requirements.txt
-	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q --no-compile -r .venv-smoke-$(1)/requirements.txt
+	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q -r .venv-smoke-$(1)/requirements.txt
 	PIP_CONSTRAINT=/dev/null .venv-smoke-$(1)/bin/pip install -q $(3)
 	$(if $(findstring optimum-onnx,$(3)),.venv-smoke-$(1)/bin/pip check)
 	$(if $(4),.venv-smoke-$(1)/bin/pip install -q --no-deps --force-reinstall $(4))
