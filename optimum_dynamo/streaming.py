@@ -253,6 +253,37 @@ def alias_tied(model: torch.nn.Module) -> None:
                 loader.all_keys.append(name)
 
 
+def read_outside_its_module(error: BaseException) -> bool:
+    """Whether `error` is a streamed (meta) weight read outside its module's forward, where no hook loads it."""
+    return isinstance(error, RuntimeError) and "device meta" in str(error)
+
+
+def keep_input_embedding(model: torch.nn.Module) -> int:
+    """The input embedding's weights loaded and kept in memory, its offload hook removed (for models that read rows
+    of it outside its own forward, as Gemma 4 takes its pad token's row). A head tied to it gets the same tensor
+    (one initializer, as in memory). Returns the bytes kept (0: nothing was streamed there)."""
+    from accelerate.hooks import remove_hook_from_module
+
+    try:
+        embedding = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return 0
+    if not hasattr(embedding, "_hf_hook"):
+        return 0
+    own = {_stored_as(embedding, name, param): name for name, param in embedding.named_parameters(recurse=False)}
+    tied = [(module, [(name, own[key]) for name, param in module.named_parameters(recurse=False)
+                      if (key := _stored_as(module, name, param)) in own])
+            for module in model.modules() if module is not embedding and hasattr(module, "_hf_hook")]
+    tied = [(module, names) for module, names in tied if names]
+    for module in (embedding, *(module for module, _ in tied)):
+        module._hf_hook.pre_forward(module)
+        remove_hook_from_module(module)
+    for module, names in tied:
+        for name, source in names:
+            module._parameters[name] = embedding._parameters[source]
+    return sum(p.nbytes for p in embedding.parameters(recurse=False))
+
+
 def sources(model: torch.nn.Module) -> dict[str, Any]:
     """Parameter name -> the offload loader's key and loader, for every streamed parameter."""
     found = {}
@@ -369,5 +400,6 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
 
 
 __all__ = ["BLOCK", "DISK", "ENV", "SIZE", "CheckpointTensor", "alias_tied", "attach", "available_memory",
-           "cast_buffers", "checkpoint_parameters", "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off", "is_streamed", "loading",
+           "cast_buffers", "checkpoint_parameters", "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off",
+           "is_streamed", "keep_input_embedding", "loading", "read_outside_its_module",
            "local_checkpoint", "return_freed_blocks", "sources", "wanted", "weight_files"]

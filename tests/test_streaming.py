@@ -238,6 +238,33 @@ def test_a_sharded_bf16_checkpoint_streams_and_generates_pytorchs_tokens(tmp_pat
     assert got.tolist() == expected.tolist()
 
 
+@pytest.mark.skipif(not hasattr(__import__("transformers"), "Gemma4ForConditionalGeneration"),
+                    reason="gemma4 is new in transformers 5.24")
+def test_a_model_reading_its_embedding_outside_its_forward_streams(tmp_path):
+    """Gemma 4's forward takes its pad token's row of the input embedding itself (not through the embedding's
+    forward, where the offload hook loads it): the embedding is kept in memory and the capture runs again while
+    the rest streams, and ORTModelForCausalLM gives PyTorch's logits (1e-4) and greedy tokens on a left-padded batch
+    of two."""
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    import zoo
+    from parity import assert_causal_lm_parity, padded_batch
+    from tiny import tiny_tokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(zoo.tiny_config("gemma4")).eval()
+    model.generation_config = GenerationConfig(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    checkpoint = tmp_path / "gemma4"
+    model.save_pretrained(checkpoint)
+    tokenizer = tiny_tokenizer(zoo.TINY["vocab_size"])
+    tokenizer.save_pretrained(checkpoint)
+    run = _cli("--model", checkpoint, "--task", TASK, tmp_path / "out", stream="1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "reads its input embedding outside the embedding's forward: kept in memory (" in run.stderr
+    assert_causal_lm_parity(ORTModelForCausalLM.from_pretrained(tmp_path / "out"), model, padded_batch(tokenizer))
+
+
 @pytest.mark.once("t4")
 def test_an_invalid_switch_is_refused_in_one_line(checkpoints, tmp_path):
     run = _cli("--model", checkpoints("llama"), tmp_path / "out", stream="maybe")

@@ -211,7 +211,17 @@ class Exporter:
     # ── Stage: capture ──
     @stage("capture generation")
     def capture(self, ctx: ExportContext) -> None:
-        ctx.components = self.components(ctx)
+        try:
+            ctx.components = self.components(ctx)
+        except RuntimeError as e:  # streamed: a forward read the embedding's rows itself, not through its forward
+            if not (ctx.streamed and streaming.read_outside_its_module(e)):
+                raise
+            kept = streaming.keep_input_embedding(ctx.model)
+            if not kept:
+                raise
+            logger.info("    %s reads its input embedding outside the embedding's forward: kept in memory (%.1f MB), "
+                        "captured again", type(ctx.model).__name__, kept / 2**20)
+            ctx.components = self.components(ctx)
 
     def components(self, ctx: ExportContext) -> list[Component]:
         """One graph of the whole model, observed while the task's driver runs it."""
