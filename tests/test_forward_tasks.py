@@ -82,7 +82,8 @@ _SLOW = pytest.mark.slow
 OTHER_CASES = [
     pytest.param("llama", "feature-extraction", "ORTModelForFeatureExtraction", "AutoModel",
                  marks=pytest.mark.once("t5")),  # a decoder's hidden states
-    ("wav2vec2", "automatic-speech-recognition", "ORTModelForCTC", "AutoModelForCTC"),
+    pytest.param("wav2vec2", "automatic-speech-recognition", "ORTModelForCTC", "AutoModelForCTC",
+                 marks=pytest.mark.once("t5")),  # CI: one environment (make test-all: both)
     pytest.param("hubert", "audio-classification", "ORTModelForAudioClassification", "AutoModelForAudioClassification",
                  marks=() if ON_5 else _SLOW),
     pytest.param("segformer", "semantic-segmentation", "ORTModelForSemanticSegmentation",

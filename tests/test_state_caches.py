@@ -257,7 +257,8 @@ def _assert_generate_parity(checkpoint, out, generate_kwargs=None):
     np.testing.assert_array_equal(OnnxStepModel(out).generate(ids.numpy(), mask.numpy(), new), expected.numpy())
 
 
-@pytest.mark.parametrize("model_type", ["mamba", pytest.param("falcon_mamba", marks=pytest.mark.once("t5")),
+@pytest.mark.parametrize("model_type", [pytest.param("mamba", marks=pytest.mark.once("t4")),  # CI: one each
+                                        pytest.param("falcon_mamba", marks=pytest.mark.once("t5")),
                                         pytest.param("mamba2", marks=pytest.mark.once("t4"))])
 def test_cli_export_runs_in_ort_model_for_causal_lm(model_type, untied, tmp_path):
     manifest = _export(untied(model_type), tmp_path / model_type)
@@ -288,10 +289,11 @@ NOT_YET_V4 = {  # transformers 4 exports not made to work yet, with why
 }
 
 
-# CI: zamba's and zamba2's in one environment each (make test-all: both); qwen3_5_text under `slow`: transformers
-# builds its layers from qwen3_next's (a gated delta net, attention), which runs in CI
-@pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.once({"zamba": "t4", "zamba2": "t5"}[t]))
-                                        if t in ("zamba", "zamba2") else pytest.param(t, marks=pytest.mark.slow)
+# CI: these in one environment each (make test-all: both); qwen3_5_text under `slow`: transformers builds its
+# layers from qwen3_next's (a gated delta net, attention), which runs in CI
+ONCE_HYBRIDS = {"zamba": "t4", "zamba2": "t5", "jamba": "t5"}
+@pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.once(ONCE_HYBRIDS[t]))
+                                        if t in ONCE_HYBRIDS else pytest.param(t, marks=pytest.mark.slow)
                                         if t == "qwen3_5_text" else t for t in sorted(HYBRIDS)])
 def test_hybrid_cli_export_runs_in_ort_model_for_causal_lm(model_type, untied, tmp_path):
     if not V5 and model_type in NOT_IN_V4:

@@ -16,9 +16,9 @@ from conftest import optimum_cli
 timm = pytest.importorskip("timm")
 
 ATOL = 1e-4
-# timm's own test models, its population of tiny architectures; CI exports a transformer and an EfficientNet here
-# (a ConvNeXt and a ResNet below), all of them under `slow`
-IN_CI = ("test_vit", "test_efficientnet")
+# timm's own test models, its population of tiny architectures; CI exports a transformer here (convolutional
+# networks: a ConvNeXt and a ResNet below), all of them under `slow`
+IN_CI = ("test_vit",)
 MODELS = [pytest.param(name, marks=() if name in IN_CI else pytest.mark.slow) for name in timm.list_models("test_*")]
 
 

@@ -32,11 +32,11 @@ BUILT_PROCESSOR = set() if TORCHVISION else {"internvl", "qwen2_vl", "qwen2_5_vl
 
 
 ON_5 = transformers.__version__ >= "5"
-# families under `slow` in one environment (CI's time), each exported by the same code as a family that runs there:
-# LLaVA's (a tower, a projector, the decoder) for aya_vision, internvl, mistral3; idefics3's and smolvlm's (one
+# families under `slow` (CI's time), each exported by the same code as a family that runs there: LLaVA's (a tower, a
+# projector, the decoder; llava runs in both) for aya_vision, internvl, mistral3; idefics3's and smolvlm's (one
 # runs in each); the Qwen-VL grid tower of qwen2_5_vl (qwen2_vl runs on transformers 4, qwen3_vl on both). And in
 # one environment each: paligemma (5), llava_next (4)
-SLOW_ON_5 = {"aya_vision", "smolvlm", "qwen2_vl", "llava_next"}
+SLOW_ON_5 = {"aya_vision", "smolvlm", "qwen2_vl", "llava_next", "internvl", "mistral3"}
 SLOW_ON_4 = {"internvl", "mistral3", "idefics3", "qwen2_5_vl", "paligemma"}
 FAMILIES = ["gemma3", "llava", "aya_vision", "paligemma", "internvl", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_next",
             "mistral3", "idefics3", "smolvlm"]
