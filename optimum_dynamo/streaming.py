@@ -401,5 +401,5 @@ def cast_buffers(model: torch.nn.Module, dtype: torch.dtype) -> None:
 
 __all__ = ["BLOCK", "DISK", "ENV", "SIZE", "CheckpointTensor", "alias_tied", "attach", "available_memory",
            "cast_buffers", "checkpoint_parameters", "device_map", "export_bytes", "fits_in_memory", "forced", "hooks_off",
-           "is_streamed", "keep_input_embedding", "loading", "read_outside_its_module",
-           "local_checkpoint", "return_freed_blocks", "sources", "wanted", "weight_files"]
+           "is_streamed", "keep_input_embedding", "loading", "local_checkpoint", "read_outside_its_module",
+           "return_freed_blocks", "sources", "wanted", "weight_files"]
