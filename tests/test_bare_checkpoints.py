@@ -33,7 +33,7 @@ def _torch_model(model_type, checkpoint):
 
 
 # CI: these in one environment (make test-all: both)
-ONCE = {"t5": "t5", "codegen": "t4", "roberta": "t4", "distilbert": "t5", "vit": "t5", "whisper": "t5", "bert": "t5"}
+ONCE = {"t5": "t5", "codegen": "t4", "roberta": "t4", "distilbert": "t5", "vit": "t5", "whisper": "t5", "bert": "t4"}
 
 
 def _params(types):

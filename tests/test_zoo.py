@@ -18,7 +18,6 @@ SUBSET = {
     ("vlm", "idefics2"): "pass",  # a resampler taking a mask of ones (Projector); 4.57: patch positions and mask patched
     ("vlm", "deepseek_vl_hybrid"): "pass",  # two towers on the image: get_image_features with high_res_pixel_values
     ("vlm", "t5gemma2"): "pass",  # transformers 5: an encoder-decoder, its encoder reads the image (seq2seq layout)
-    ("vlm", "git"): "pass",  # the image a prefix of the text, no inner model: the model's own steps (vlm_steps)
     ("vlm", "idefics"): "pass",  # cross-attention to image states the prompt's step returns and decode steps read
     ("vlm", "kosmos-2"): "pass",  # generate encodes the image, then steps its text model: an image graph + the steps
 }
@@ -33,16 +32,18 @@ SLOW = {
     ("seq2seq", "nllb-moe"): "dynamo",  # transformers 5 reads `router_logits` from the encoder's own output class
     # per-layer router tuples among the encoder's outputs; transformers 5 passes use_cache on to its encoder
     ("seq2seq", "switch_transformers"): "dynamo",
+    # the image a prefix of the text, no inner model: the model's own steps (vlm_steps), kosmos-2's exporter code,
+    # which runs in CI (transformers 4.57)
+    ("vlm", "git"): "pass",
     # any-resolution tiles packed in the runtime (its processor needs torchvision): test_vlm_runtime's llava_next
     # tiles images of other sizes and several images a prompt through the same runtime code
     ("vlm", "llava_onevision"): "pass",
 }
-# SUBSET rows under `slow` on transformers 5 only (CI's time): their patches are 4.57's, or the exporter code is
-# the same as a row's that runs there (git's: the model's own steps)
-SLOW_ON_5 = {("vlm", "idefics2"), ("vlm", "idefics"), ("vlm", "kosmos-2"),
-             ("causal", "got_ocr2")}  # its text sub-config is read by our code the same way in both: once in CI
-# and under `slow` on transformers 4 only: git's exporter code (the model's own steps) is kosmos-2's, which runs there
-SLOW_ON_4 = {("vlm", "git")}
+# SUBSET rows under `slow` on transformers 5 only (CI's time): their patches are 4.57's, or our code reads them the
+# same way in both (got_ocr2's text sub-config)
+SLOW_ON_5 = {("vlm", "idefics2"), ("vlm", "idefics"), ("vlm", "kosmos-2"), ("causal", "got_ocr2")}
+# and under `slow` on transformers 4 only
+SLOW_ON_4: set = set()
 # then ORTModelForImageTextToText on the row's export, a tensor its graphs take left out: (that tensor, the error)
 REFUSED_WITHOUT = {
     "deepseek_vl_hybrid": ("high_res_pixel_values", "this model's image graph needs high_res_pixel_values (the "
