@@ -275,10 +275,12 @@ def keep_input_embedding(model: torch.nn.Module) -> int:
                       if (key := _stored_as(module, name, param)) in own])
             for module in model.modules() if module is not embedding and hasattr(module, "_hf_hook")]
     tied = [(module, names) for module, names in tied if names]
-    for module in (embedding, *(module for module, _ in tied)):
-        module._hf_hook.pre_forward(module)
-        remove_hook_from_module(module)
+    embedding._hf_hook.pre_forward(embedding)
+    remove_hook_from_module(embedding)
     for module, names in tied:
+        if len(names) < len(list(module.parameters(recurse=False))):  # its own weights beside the tied ones
+            module._hf_hook.pre_forward(module)
+        remove_hook_from_module(module)  # a head of the tied weight alone is not read from the checkpoint again
         for name, source in names:
             module._parameters[name] = embedding._parameters[source]
     return sum(p.nbytes for p in embedding.parameters(recurse=False))
