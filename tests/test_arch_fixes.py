@@ -34,7 +34,7 @@ ON_5 = transformers.__version__ >= "5"
 # fixes of our own code, for both versions: in one environment each in CI
 ONCE = {"granite": "t4"}
 # under `slow` (CI's time), each fix checked in CI by a test of its own: helium's epsilon by
-# test_optimizer_keeps_a_tiny_epsilon (both) and T5's tiny epsilon in test_seq2seq_cli (end to end); gpt_oss's
+# test_optimizer_keeps_a_tiny_epsilon (both) and the t5 row of test_seq2seq_cli (end to end); gpt_oss's
 # dense experts by test_patches' test_dense_experts_patch_equals_the_routing_loop
 SLOW = {"helium", "gpt_oss"}
 

@@ -191,7 +191,8 @@ def test_rwkv_single_token_steps_keep_each_row():
     assert got.shape == expected.shape and (got - expected).abs().max().item() < 1e-5
 
 
-# CI: LED's encoder where its own patch is active (transformers 4), Longformer's below on transformers 5 (make test-all: both)
+# CI: LED's encoder where its own patch is active (transformers 4), Longformer's below on transformers 5
+# (make test-all: both)
 @pytest.mark.once("t4")
 def test_led_encoder_keeps_the_length_an_axis():
     """LED's encoder (Longformer's attention) branches on whether any token is global and pads to its window only

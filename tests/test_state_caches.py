@@ -291,10 +291,11 @@ NOT_YET_V4 = {  # transformers 4 exports not made to work yet, with why
 
 # CI: these in one environment each (make test-all: both); qwen3_5_text under `slow`: transformers builds its
 # layers from qwen3_next's (a gated delta net, attention), which runs in CI
-ONCE_HYBRIDS = {"zamba": "t4", "zamba2": "t5", "jamba": "t5"}
-@pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.once(ONCE_HYBRIDS[t]))
-                                        if t in ONCE_HYBRIDS else pytest.param(t, marks=pytest.mark.slow)
-                                        if t == "qwen3_5_text" else t for t in sorted(HYBRIDS)])
+HYBRID_MARKS = {"zamba": pytest.mark.once("t4"), "zamba2": pytest.mark.once("t5"), "jamba": pytest.mark.once("t5"),
+                "qwen3_5_text": pytest.mark.slow}
+
+
+@pytest.mark.parametrize("model_type", [pytest.param(t, marks=HYBRID_MARKS.get(t, ())) for t in sorted(HYBRIDS)])
 def test_hybrid_cli_export_runs_in_ort_model_for_causal_lm(model_type, untied, tmp_path):
     if not V5 and model_type in NOT_IN_V4:
         pytest.skip(f"{model_type} is not in transformers 4")

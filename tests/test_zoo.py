@@ -42,8 +42,6 @@ SLOW = {
 # SUBSET rows under `slow` on transformers 5 only (CI's time): their patches are 4.57's, or our code reads them the
 # same way in both (got_ocr2's text sub-config)
 SLOW_ON_5 = {("vlm", "idefics2"), ("vlm", "idefics"), ("vlm", "kosmos-2"), ("causal", "got_ocr2")}
-# and under `slow` on transformers 4 only
-SLOW_ON_4: set = set()
 # then ORTModelForImageTextToText on the row's export, a tensor its graphs take left out: (that tensor, the error)
 REFUSED_WITHOUT = {
     "deepseek_vl_hybrid": ("high_res_pixel_values", "this model's image graph needs high_res_pixel_values (the "
@@ -75,7 +73,7 @@ NOT_VIABLE_ON_4 = {"deepseek_vl_hybrid"}  # "Number of elements of source < numb
 
 
 @pytest.mark.parametrize("kind, model_type, outcome", [
-    *[pytest.param(*key, outcome, marks=pytest.mark.slow if key in (SLOW_ON_5 if ON_5 else SLOW_ON_4) else ())
+    *[pytest.param(*key, outcome, marks=pytest.mark.slow if ON_5 and key in SLOW_ON_5 else ())
       for key, outcome in SUBSET.items()],
     *[pytest.param(*key, outcome, marks=pytest.mark.slow) for key, outcome in SLOW.items()],
 ])
